@@ -1,0 +1,1 @@
+"""observe layer (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""render layer (see DESIGN.md)."""

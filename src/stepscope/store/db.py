@@ -1,0 +1,409 @@
+"""The run database: SQLite in WAL mode, one writer thread, readable by other processes live.
+
+The writer owns the only connection that writes. Callers on any thread hand it records through
+a queue (a cheap ``put``), and the writer commits in batches at most ``commit_every_s`` apart,
+so a run killed with SIGKILL loses at most that much. Each commit also refreshes the run's
+heartbeat; a reader that finds a run still ``running`` whose process is gone marks it
+``interrupted``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from stepscope.errors import StoreError
+from stepscope.store.records import (
+    Fact,
+    Note,
+    PhaseRecord,
+    ProcessInfo,
+    RunInfo,
+    Sample,
+    StepRecord,
+)
+
+SCHEMA_VERSION = 1
+DB_NAME = "run.db"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    name TEXT, command TEXT, device TEXT, kind TEXT, status TEXT,
+    started REAL, ended REAL, heartbeat REAL, pid INTEGER, rank INTEGER, world_size INTEGER,
+    exit_code INTEGER, config_json TEXT
+);
+CREATE TABLE IF NOT EXISTS phases (
+    phase_id INTEGER PRIMARY KEY, epoch INTEGER, phase TEXT, started REAL, ended REAL,
+    steps INTEGER, images INTEGER, resident_frac_start REAL, resident_frac_end REAL,
+    read_bytes_start INTEGER, read_bytes_end INTEGER, rchar_start INTEGER, rchar_end INTEGER,
+    workers INTEGER, rank INTEGER
+);
+CREATE TABLE IF NOT EXISTS steps (
+    phase_id INTEGER, step INTEGER, t_start REAL, wall_s REAL, data_wait_s REAL,
+    transfer_s REAL, compute_s REAL, other_s REAL, images INTEGER, warmup INTEGER,
+    comm_s REAL, loss REAL
+);
+CREATE INDEX IF NOT EXISTS steps_phase ON steps (phase_id, step);
+CREATE TABLE IF NOT EXISTS samples (t REAL, source TEXT, metric TEXT, value REAL);
+CREATE INDEX IF NOT EXISTS samples_metric ON samples (metric, source, t);
+CREATE TABLE IF NOT EXISTS processes (
+    pid INTEGER PRIMARY KEY, ppid INTEGER, role TEXT, name TEXT, first_t REAL, last_t REAL
+);
+CREATE TABLE IF NOT EXISTS notes (t REAL, source TEXT, text TEXT);
+CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value_json TEXT, how_measured TEXT);
+"""
+
+_PHASE_COLS = (
+    "phase_id epoch phase started ended steps images resident_frac_start resident_frac_end "
+    "read_bytes_start read_bytes_end rchar_start rchar_end workers rank"
+).split()
+_STEP_COLS = (
+    "phase_id step t_start wall_s data_wait_s transfer_s compute_s other_s images warmup "
+    "comm_s loss"
+).split()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    con = sqlite3.connect(str(path), timeout=10.0, check_same_thread=False)
+    con.execute("PRAGMA journal_mode=WAL")
+    # NORMAL is durable across a process kill (only an OS crash can lose the last commit).
+    con.execute("PRAGMA synchronous=NORMAL")
+    return con
+
+
+class RunWriter:
+    """Owns the run database's write connection on a background thread.
+
+    Examples:
+        >>> w = RunWriter(Path("runs/demo"), RunInfo(name="demo", command="train"))
+        >>> w.add_samples([Sample(t=0.0, source="host", metric="cpu_util_pct", value=50.0)])
+        >>> w.close("completed")
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        info: RunInfo,
+        *,
+        commit_every_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        db_name: str = DB_NAME,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / db_name
+        self._clock = clock
+        self._commit_every_s = commit_every_s
+        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._closed = False
+        con = _connect(self.path)
+        try:
+            with con:
+                con.executescript(_SCHEMA)
+                if con.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 0:
+                    con.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                info.started = info.started or clock()
+                info.pid = info.pid or os.getpid()
+                con.execute(
+                    "INSERT OR REPLACE INTO runs VALUES (1,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (info.name, info.command, info.device, info.kind, info.status,
+                     info.started, info.ended, info.started, info.pid, info.rank,
+                     info.world_size, info.exit_code, json.dumps(info.config, default=str)),
+                )
+        finally:
+            con.close()
+        self.info = info
+        self._thread = threading.Thread(target=self._run, name="stepscope-store", daemon=True)
+        self._thread.start()
+
+    # -- producers (any thread) -------------------------------------------------------------
+    def add_step(self, rec: StepRecord) -> None:
+        self._queue.put(("step", rec))
+
+    def add_samples(self, samples: Iterable[Sample]) -> None:
+        self._queue.put(("samples", list(samples)))
+
+    def put_phase(self, rec: PhaseRecord) -> None:
+        """Insert or update a phase row (call at its start and again at its end)."""
+        self._queue.put(("phase", PhaseRecord(**vars(rec))))
+
+    def put_process(self, proc: ProcessInfo) -> None:
+        self._queue.put(("process", proc))
+
+    def note(self, source: str, text: str) -> None:
+        self._queue.put(("note", Note(t=self._clock(), source=source, text=text)))
+
+    def fact(self, key: str, value: Any, how_measured: str = "") -> None:
+        self._queue.put(("fact", Fact(key=key, value=value, how_measured=how_measured)))
+
+    def update_run(self, **fields: Any) -> None:
+        """Update columns of the run row, e.g. ``device="cuda:0"`` or ``config={...}``."""
+        self._queue.put(("run", fields))
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Block until everything queued so far is committed."""
+        done = threading.Event()
+        self._queue.put(("flush", done))
+        done.wait(timeout_s)
+
+    def close(self, status: str = "completed", exit_code: int | None = None) -> None:
+        """Mark the run ended with ``status`` and stop the writer thread (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(("run", {"status": status, "ended": self._clock(), "exit_code": exit_code}))
+        self._queue.put(("stop", None))
+        self._thread.join(timeout=30.0)
+
+    # -- the writer thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        con = _connect(self.path)
+        last_commit = time.monotonic()
+        try:
+            while True:
+                timeout = max(0.0, self._commit_every_s - (time.monotonic() - last_commit))
+                try:
+                    kind, payload = self._queue.get(timeout=timeout)
+                except queue.Empty:
+                    kind, payload = "tick", None
+                if kind == "stop":
+                    self._commit(con)
+                    return
+                if kind == "flush":
+                    self._commit(con)
+                    last_commit = time.monotonic()
+                    payload.set()
+                    continue
+                if kind != "tick":
+                    self._apply(con, kind, payload)
+                if time.monotonic() - last_commit >= self._commit_every_s:
+                    self._commit(con)
+                    last_commit = time.monotonic()
+        finally:
+            con.close()
+
+    def _commit(self, con: sqlite3.Connection) -> None:
+        con.execute("UPDATE runs SET heartbeat=? WHERE id=1", (self._clock(),))
+        con.commit()
+
+    def _apply(self, con: sqlite3.Connection, kind: str, p: Any) -> None:
+        if kind == "step":
+            r: StepRecord = p
+            con.execute(
+                f"INSERT INTO steps VALUES ({','.join('?' * len(_STEP_COLS))})",
+                (r.phase_id, r.step, r.t_start, r.wall_s, r.data_wait_s, r.transfer_s,
+                 r.compute_s, r.other_s, r.images, int(r.warmup), r.comm_s, r.loss),
+            )
+        elif kind == "samples":
+            con.executemany(
+                "INSERT INTO samples VALUES (?,?,?,?)",
+                [(s.t, s.source, s.metric, float(s.value)) for s in p],
+            )
+        elif kind == "phase":
+            con.execute(
+                f"INSERT OR REPLACE INTO phases VALUES ({','.join('?' * len(_PHASE_COLS))})",
+                tuple(getattr(p, c) for c in _PHASE_COLS),
+            )
+        elif kind == "process":
+            pr: ProcessInfo = p
+            con.execute(
+                "INSERT INTO processes VALUES (?,?,?,?,?,?) ON CONFLICT(pid) DO UPDATE SET "
+                "last_t=excluded.last_t, role=excluded.role, name=excluded.name",
+                (pr.pid, pr.ppid, pr.role, pr.name, pr.first_t, pr.last_t),
+            )
+        elif kind == "note":
+            con.execute("INSERT INTO notes VALUES (?,?,?)", (p.t, p.source, p.text))
+        elif kind == "fact":
+            con.execute(
+                "INSERT OR REPLACE INTO facts VALUES (?,?,?)",
+                (p.key, json.dumps(p.value, default=str), p.how_measured),
+            )
+        elif kind == "run":
+            fields = dict(p)
+            if "config" in fields:
+                fields["config_json"] = json.dumps(fields.pop("config"), default=str)
+            sets = ",".join(f"{k}=?" for k in fields)
+            con.execute(f"UPDATE runs SET {sets} WHERE id=1", tuple(fields.values()))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunReader:
+    """Read-only view of a run database; safe while the run is still being written.
+
+    Examples:
+        >>> r = RunReader(Path("runs/demo"))
+        >>> r.run().status
+        'completed'
+        >>> t, v = r.series("cpu_util_pct", source="host")
+    """
+
+    def __init__(self, run_dir: Path, *, db_name: str = DB_NAME, stale_after_s: float = 30.0):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / db_name if self.run_dir.is_dir() else self.run_dir
+        if not self.path.is_file():
+            raise StoreError(
+                f"no run database at {self.path}: expected a run directory made by "
+                "`stepscope train` or `stepscope watch` (it holds run.db)"
+            )
+        try:
+            self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10.0)
+            version = self._con.execute("SELECT version FROM schema_version").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a readable stepscope run database: {exc}") from exc
+        if not version or version[0] != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {version and version[0]}, this stepscope "
+                f"reads version {SCHEMA_VERSION}: use the stepscope version that recorded it"
+            )
+        self._stale_after_s = stale_after_s
+        self._mark_if_interrupted()
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> RunReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _mark_if_interrupted(self) -> None:
+        """A run still 'running' whose writer process is gone (or silent too long) was killed."""
+        row = self._con.execute("SELECT status, pid, heartbeat FROM runs WHERE id=1").fetchone()
+        if not row or row[0] != "running":
+            return
+        status, pid, heartbeat = row
+        gone = (pid and not _pid_alive(pid)) or (
+            heartbeat is not None and time.time() - heartbeat > self._stale_after_s
+            and pid and not _pid_alive(pid)
+        )
+        if not gone:
+            return
+        with contextlib.suppress(sqlite3.Error):
+            rw = _connect(self.path)
+            with rw:
+                rw.execute(
+                    "UPDATE runs SET status='interrupted', ended=heartbeat "
+                    "WHERE id=1 AND status='running'"
+                )
+            rw.close()
+
+    # -- tables -----------------------------------------------------------------------------
+    def run(self) -> RunInfo:
+        row = self._con.execute(
+            "SELECT name, command, device, kind, status, started, ended, heartbeat, pid, rank, "
+            "world_size, exit_code, config_json FROM runs WHERE id=1"
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"{self.path} holds no run")
+        (name, command, device, kind, status, started, ended, heartbeat, pid, rank, world,
+         exit_code, config_json) = row
+        if status == "running" and pid and not _pid_alive(pid):
+            status, ended = "interrupted", heartbeat
+        return RunInfo(
+            name=name, command=command, device=device, kind=kind, status=status,
+            started=started, ended=ended, pid=pid, rank=rank or 0, world_size=world or 1,
+            exit_code=exit_code, config=json.loads(config_json or "{}"),
+        )
+
+    def heartbeat(self) -> float | None:
+        row = self._con.execute("SELECT heartbeat FROM runs WHERE id=1").fetchone()
+        return row[0] if row else None
+
+    def phases(self) -> list[PhaseRecord]:
+        rows = self._con.execute(
+            f"SELECT {','.join(_PHASE_COLS)} FROM phases ORDER BY started, phase_id"
+        )
+        return [PhaseRecord(**dict(zip(_PHASE_COLS, r, strict=True))) for r in rows]
+
+    def steps(self, phase_id: int | None = None) -> list[StepRecord]:
+        sql = f"SELECT {','.join(_STEP_COLS)} FROM steps"
+        args: tuple[Any, ...] = ()
+        if phase_id is not None:
+            sql, args = sql + " WHERE phase_id=?", (phase_id,)
+        out = []
+        for r in self._con.execute(sql + " ORDER BY phase_id, step", args):
+            d = dict(zip(_STEP_COLS, r, strict=True))
+            d["warmup"] = bool(d["warmup"])
+            out.append(StepRecord(**d))
+        return out
+
+    def iter_steps(self) -> Iterator[StepRecord]:
+        for r in self._con.execute(f"SELECT {','.join(_STEP_COLS)} FROM steps ORDER BY t_start"):
+            d = dict(zip(_STEP_COLS, r, strict=True))
+            d["warmup"] = bool(d["warmup"])
+            yield StepRecord(**d)
+
+    def processes(self) -> list[ProcessInfo]:
+        rows = self._con.execute(
+            "SELECT pid, ppid, role, name, first_t, last_t FROM processes ORDER BY first_t"
+        )
+        return [ProcessInfo(*r) for r in rows]
+
+    def notes(self) -> list[Note]:
+        return [Note(*r) for r in self._con.execute("SELECT t, source, text FROM notes ORDER BY t")]
+
+    def facts(self) -> dict[str, Fact]:
+        rows = self._con.execute("SELECT key, value_json, how_measured FROM facts")
+        return {k: Fact(key=k, value=json.loads(v), how_measured=h or "") for k, v, h in rows}
+
+    # -- samples ----------------------------------------------------------------------------
+    def metrics(self) -> list[tuple[str, str]]:
+        """Every (source, metric) pair recorded."""
+        rows = self._con.execute("SELECT DISTINCT source, metric FROM samples ORDER BY 1, 2")
+        return [(s, m) for s, m in rows]
+
+    def series(
+        self,
+        metric: str,
+        source: str | None = None,
+        t0: float | None = None,
+        t1: float | None = None,
+    ) -> tuple[list[float], list[float]]:
+        """Times and values of one metric (one source, or all sources interleaved)."""
+        sql, args = "SELECT t, value FROM samples WHERE metric=?", [metric]
+        if source is not None:
+            sql += " AND source=?"
+            args.append(source)
+        if t0 is not None:
+            sql += " AND t>=?"
+            args.append(t0)
+        if t1 is not None:
+            sql += " AND t<=?"
+            args.append(t1)
+        ts: list[float] = []
+        vs: list[float] = []
+        for t, v in self._con.execute(sql + " ORDER BY t", args):
+            ts.append(t)
+            vs.append(v)
+        return ts, vs
+
+    def sources(self, metric: str) -> list[str]:
+        rows = self._con.execute("SELECT DISTINCT source FROM samples WHERE metric=?", (metric,))
+        return sorted(r[0] for r in rows)
+
+    def sample_count(self) -> int:
+        return int(self._con.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+
+    def time_range(self) -> tuple[float, float] | None:
+        row = self._con.execute("SELECT MIN(t), MAX(t) FROM samples").fetchone()
+        return None if row is None or row[0] is None else (row[0], row[1])

@@ -1,0 +1,1 @@
+"""train layer (see DESIGN.md)."""
