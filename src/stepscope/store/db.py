@@ -112,6 +112,9 @@ class RunWriter:
                 con.executescript(_SCHEMA)
                 if con.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 0:
                     con.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                # A resumed run appends to the same database: phase ids continue after the last.
+                last = con.execute("SELECT MAX(phase_id) FROM phases").fetchone()[0]
+                self.next_phase_id = 0 if last is None else int(last) + 1
                 info.started = info.started or clock()
                 info.pid = info.pid or os.getpid()
                 con.execute(

@@ -1,0 +1,36 @@
+# Two entry points, each doing all set-up on a fresh machine:
+#   make demo   synthesise data, train, explain (about 3 minutes on 2 cores)
+#   make test   ruff + mypy + the whole pytest suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stepscope-installed
+
+.PHONY: demo test lint typecheck pytest clean bench
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch/torchvision first, pinned: these machines hold the wheels on disk.
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/stepscope demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(PY) -m pytest
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

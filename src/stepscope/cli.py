@@ -1,0 +1,293 @@
+"""The ``stepscope`` command: each command parses, builds a config, calls the library, renders.
+
+This is the only module that imports the CLI library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from stepscope.errors import StepscopeError
+
+app = typer.Typer(
+    name="stepscope",
+    help="Make a training run explain itself: where every step's time goes, what the machine "
+    "does in each epoch and phase, why, and which change makes it faster.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+data_app = typer.Typer(help="Make datasets.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(data_app, name="data")
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+Opt = typer.Option
+
+
+def _finish_run(run_dir: Path, *, show: bool = True, as_json: bool = False) -> dict[str, Any]:
+    """Analyse a recorded run, write summary.json and report.html, print the verdicts."""
+    from stepscope.analysis import summary as summ
+    from stepscope.analysis.explain import explain
+    from stepscope.analysis.timeline import load_timeline
+    from stepscope.render import html, terminal
+    from stepscope.store.db import RunReader
+
+    result = summ.write_summary(run_dir)
+    answers = explain(result)
+    with RunReader(run_dir) as reader:
+        timeline = load_timeline(reader)
+        config = reader.run().config
+    html.write_report(run_dir, result, timeline, answers, config)
+    if as_json:
+        console.print_json(json.dumps(result, default=str))
+    elif show:
+        console.print(terminal.phase_table(result))
+        console.print(terminal.explanation(answers))
+        console.print(f"report: {run_dir / 'report.html'}   summary: {run_dir / 'summary.json'}")
+    return result
+
+
+# -- data ---------------------------------------------------------------------------------------
+@data_app.command("synth")
+def data_synth(
+    out: Annotated[Path, typer.Argument(help="Folder to write images/, train.csv, valid.csv into.")],
+    images: Annotated[int, Opt(help="Number of images (80 % train, 20 % validation).")] = 2000,
+    seed: Annotated[int, Opt(help="Same seed, same bytes.")] = 0,
+) -> None:
+    """Synthesise a Dogs-vs-Cats-like JPEG dataset in the seed's CSV layout.
+
+    Example: stepscope data synth data/catsdogs --images 2000 --seed 0
+    """
+    from stepscope.train.synth import synth_dataset
+
+    with console.status("writing images…"):
+        res = synth_dataset(out, images=images, seed=seed)
+    console.print(f"wrote {res.files} images ({res.bytes / 1e6:.1f} MB) to {out}/images; "
+                  f"{out}/train.csv ({res.train} rows), {out}/valid.csv ({res.val} rows)")
+
+
+# -- train --------------------------------------------------------------------------------------
+@app.command()
+def train(
+    csv: Annotated[Path | None, Opt(help="CSV with file names and classes (flow_from_dataframe layout).")] = None,
+    val_csv: Annotated[Path | None, Opt(help="Validation CSV; without it --val-split splits --csv.")] = None,
+    images: Annotated[Path | None, Opt(help="Folder the CSV's file names are relative to.")] = None,
+    folder: Annotated[Path | None, Opt(help="Or: a folder with one subfolder per class.")] = None,
+    x_col: Annotated[str | None, Opt(help="CSV column with file names. [default: Photo]")] = None,
+    y_col: Annotated[str | None, Opt(help="CSV column with classes. [default: Class]")] = None,
+    val_split: Annotated[float | None, Opt(help="Validation share when no --val-csv. [default: 0.2]")] = None,
+    on_missing: Annotated[str | None, Opt(help="error|skip: listed files that do not exist. [default: error]")] = None,
+    augment: Annotated[str | None, Opt(help="seed|none|FILE.yaml (Keras ImageDataGenerator keys). [default: seed]")] = None,
+    aug_backend: Annotated[str | None, Opt(help="fused (one warp per image, fast) | keras (step by step, the seed's) | gpu. [default: fused]")] = None,
+    img_size: Annotated[int | None, Opt(help="Input size in pixels. [default: 299]")] = None,
+    batch_size: Annotated[int | None, Opt(help="[default: 8]")] = None,
+    workers: Annotated[str | None, Opt(help="DataLoader workers: a number or auto. [default: auto]")] = None,
+    model: Annotated[str | None, Opt(help="Any timm model name. [default: efficientnet_lite0]")] = None,
+    weights: Annotated[str | None, Opt(help="imagenet|none|PATH. [default: imagenet]")] = None,
+    unfreeze: Annotated[int | None, Opt(help="Fine-tune the last N stages. [default: 0, frozen]")] = None,
+    lr: Annotated[float | None, Opt(help="Adam learning rate. [default: 1e-4]")] = None,
+    epochs: Annotated[int | None, Opt(help="[default: 10]")] = None,
+    val_every: Annotated[int | None, Opt(help="Validate every N epochs. [default: 1]")] = None,
+    monitor_metric: Annotated[str | None, Opt("--monitor", help="val_accuracy|val_loss: what best.pt keeps. [default: val_accuracy]")] = None,
+    precision: Annotated[str | None, Opt(help="auto|fp32|bf16 for the frozen trunk. [default: auto]")] = None,
+    device: Annotated[str | None, Opt(help="auto|cpu|cuda. [default: auto]")] = None,
+    seed: Annotated[int | None, Opt(help="[default: 0]")] = None,
+    threads: Annotated[int | None, Opt(help="torch threads on the CPU. [default: usable cores]")] = None,
+    gpu_memory_fraction: Annotated[float | None, Opt(help="Cap this process's CUDA memory (torch.cuda.set_per_process_memory_fraction).")] = None,
+    alloc_conf: Annotated[str | None, Opt(help="PYTORCH_CUDA_ALLOC_CONF, e.g. expandable_segments:True.")] = None,
+    out: Annotated[Path | None, Opt(help="Run directory. [default: runs/<model>-<time>]")] = None,
+    name: Annotated[str | None, Opt(help="Run name.")] = None,
+    no_monitor: Annotated[bool, Opt("--no-monitor", help="Do not record telemetry.")] = False,
+    interval: Annotated[float | None, Opt(help="Sampling period in seconds (0.1–60). [default: 1]")] = None,
+    resume: Annotated[Path | None, Opt(help="Continue RUN_DIR from its last.pt.")] = None,
+    max_steps: Annotated[int | None, Opt(help="Stop each phase after N steps (smoke tests).")] = None,
+    config: Annotated[Path | None, Opt(help="YAML config (e.g. a run's config.yaml or tune's output); flags override it.")] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print summary.json at the end instead of tables.")] = False,
+) -> None:
+    """Train the seed's transfer-learning job (frozen backbone, new head) and diagnose it.
+
+    Example: stepscope train --csv data/catsdogs/train.csv --val-csv data/catsdogs/valid.csv
+    --images data/catsdogs/images --epochs 3 --img-size 224 --out runs/first
+    """
+    from stepscope.render.progress import TrainProgress
+    from stepscope.train import config as tcfg
+    from stepscope.train.loop import train as run_training
+
+    given = {k: v for k, v in locals().items() if k not in ("config", "as_json", "no_monitor")}
+    given["monitor"] = False if no_monitor else None
+    given["interval_s"] = given.pop("interval")
+    given = {k: (str(v) if isinstance(v, Path) else v) for k, v in given.items()}
+    base = None
+    if resume is not None:
+        base = tcfg.load_yaml_config(resume / "config.yaml") if (resume / "config.yaml").is_file() else None
+    cfg = tcfg.resolve_config(given, config, base=base)
+    result = run_training(cfg, TrainProgress(console))
+    if cfg.monitor:
+        _finish_run(result.run_dir, as_json=as_json)
+    console.print(f"run directory: {result.run_dir}")
+
+
+# -- predict ------------------------------------------------------------------------------------
+@app.command()
+def predict(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint, e.g. runs/x/checkpoints/best.pt")],
+    images: Annotated[list[Path], typer.Argument(help="Image files.")],
+) -> None:
+    """Print the class and probability for each image.
+
+    Example: stepscope predict runs/first/checkpoints/best.pt data/catsdogs/images/cat.1.jpg
+    """
+    from stepscope.train.predict import predict as run_predict
+
+    for p in run_predict(checkpoint, images):
+        console.print(f"{p.path}\t{p.label}\t{p.probability:.3f}", markup=False)
+
+
+# -- report / explain / compare / top -----------------------------------------------------------
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (holds run.db).")],
+    trace: Annotated[bool, Opt(help="Also write trace.json (Chrome Trace Event format, opens in Perfetto).")] = False,
+    tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard scalars to this folder.")] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print summary.json.")] = False,
+) -> None:
+    """(Re)analyse a run: summary.json, report.html, and optionally trace.json.
+
+    Example: stepscope report runs/first --trace
+    """
+    _finish_run(run_dir, as_json=as_json)
+    if trace:
+        from stepscope.render.trace import write_trace
+        from stepscope.store.db import RunReader
+
+        with RunReader(run_dir) as reader:
+            path = write_trace(run_dir / "trace.json", reader)
+        console.print(f"trace: {path}  (open in https://ui.perfetto.dev)")
+    if tensorboard is not None:
+        from stepscope.render.tensorboard import write_tensorboard
+        from stepscope.store.db import RunReader
+
+        with RunReader(run_dir) as reader:
+            write_tensorboard(tensorboard, reader)
+        console.print(f"tensorboard: {tensorboard}")
+
+
+@app.command()
+def explain(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    as_json: Annotated[bool, Opt("--json", help="Answers as JSON.")] = False,
+) -> None:
+    """Answer, in plain words, why the run behaved as it did.
+
+    Example: stepscope explain runs/first
+    """
+    from stepscope.analysis import summary as summ
+    from stepscope.analysis.explain import explain as run_explain
+    from stepscope.render import terminal
+
+    answers = run_explain(summ.write_summary(run_dir))
+    if as_json:
+        console.print_json(json.dumps([vars(a) for a in answers], default=str))
+    else:
+        console.print(terminal.explanation(answers))
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="The baseline run.")],
+    run_b: Annotated[Path, typer.Argument(help="The changed run.")],
+    html_out: Annotated[Path | None, Opt("--html", help="Also write an HTML comparison here.")] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print the comparison as JSON.")] = False,
+) -> None:
+    """Compare two runs: throughput ratio, data-wait change, verdict changes, memory deltas.
+
+    Example: stepscope compare runs/workers0 runs/workers2 --html cmp.html
+    """
+    from stepscope.analysis import summary as summ
+    from stepscope.analysis.compare import compare_summaries
+    from stepscope.render import html, terminal
+
+    a, b = summ.write_summary(run_a), summ.write_summary(run_b)
+    cmp = compare_summaries(a, b)
+    if as_json:
+        console.print_json(json.dumps(cmp, default=lambda o: getattr(o, "__dict__", str(o))))
+    else:
+        console.print(terminal.comparison_table(cmp))
+    if html_out is not None:
+        html.write_compare_report(html_out, cmp, a, b)
+        console.print(f"comparison: {html_out}")
+
+
+@app.command()
+def top(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory being written right now.")],
+    interval: Annotated[float, Opt(help="Refresh period, seconds.")] = 1.0,
+    once: Annotated[bool, Opt(help="Print one frame and exit.")] = False,
+) -> None:
+    """Live view of a run in progress, from another terminal (reads run.db).
+
+    Example: stepscope top runs/first
+    """
+    from stepscope.render.live import run_top
+
+    run_top(console, run_dir, interval_s=interval, once=once)
+
+
+# -- demo ---------------------------------------------------------------------------------------
+@app.command()
+def demo(
+    out: Annotated[Path, Opt(help="Where the data and the run go.")] = Path("runs/demo"),
+    images: Annotated[int, Opt(help="Images to synthesise.")] = 600,
+    epochs: Annotated[int, Opt(help="Epochs.")] = 2,
+) -> None:
+    """Synthesise a small cats-vs-dogs set, train pretrained EfficientNet-Lite0 with the seed's
+    augmentation, and explain the run.
+
+    Example: stepscope demo --out runs/demo
+    """
+    from stepscope.render.progress import TrainProgress
+    from stepscope.train.config import resolve_config
+    from stepscope.train.loop import train as run_training
+    from stepscope.train.synth import synth_dataset
+
+    data_dir = out / "data"
+    if not (data_dir / "train.csv").is_file():
+        with console.status(f"synthesising {images} images…"):
+            synth_dataset(data_dir, images=images, seed=0)
+    run_dir = out / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+    cfg = resolve_config({
+        "csv": str(data_dir / "train.csv"), "val_csv": str(data_dir / "valid.csv"),
+        "images": str(data_dir / "images"), "augment": "seed", "epochs": epochs,
+        "img_size": 224, "out": str(run_dir), "name": "demo",
+    })
+    result = run_training(cfg, TrainProgress(console))
+    _finish_run(result.run_dir)
+
+
+# -- entry point --------------------------------------------------------------------------------
+def main() -> None:
+    """Console entry point: user-fixable errors print in one or two lines (``--debug``: traceback)."""
+    debug = "--debug" in sys.argv[1:]
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        app()
+    except StepscopeError as exc:
+        if debug:
+            raise
+        err_console.print(f"stepscope: error: {exc}", markup=False)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        err_console.print("stepscope: interrupted")
+        raise SystemExit(130) from None
+

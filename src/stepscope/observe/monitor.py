@@ -1,0 +1,381 @@
+"""The public API for instrumenting a training loop: :class:`Monitor`.
+
+``stepscope train`` uses exactly this API; so can any PyTorch loop.
+
+Examples:
+    >>> import stepscope
+    >>> with stepscope.Monitor("runs/mine", dataset_files=files) as mon:
+    ...     for epoch in range(epochs):
+    ...         for x, y in mon.loader(train_loader, phase="train", epoch=epoch):
+    ...             with mon.copy():
+    ...                 x, y = x.to(device), y.to(device)
+    ...             with mon.compute():
+    ...                 loss = loss_fn(model(x), y)
+    ...                 loss.backward()
+    ...                 opt.step()
+    ...                 opt.zero_grad()
+    ...         for x, y in mon.loader(val_loader, phase="val", epoch=epoch):
+    ...             ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from stepscope.observe.steps import GpuEvent, StepTimer
+from stepscope.store.db import RunWriter
+from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
+
+T = TypeVar("T")
+
+# The first steps of the run's first train and first val phase pay one-off costs (kernel and
+# oneDNN primitive creation, allocator growth, cuDNN autotuning); they are kept but marked so
+# steady-state figures leave them out. Worker start-up in later epochs is a real per-epoch
+# cost and stays in.
+DEFAULT_WARMUP_STEPS = 3
+
+
+@dataclass
+class LiveStats:
+    """What a progress line shows, over the last steps and the latest samples."""
+
+    images_per_s: float | None = None
+    data_wait_frac: float | None = None
+    cpu_util_pct: float | None = None
+    gpu_util_pct: float | None = None
+    disk_read_bytes_per_s: float | None = None
+
+
+class _LatestTee:
+    """Passes samples to the writer and keeps the newest value of each series for live views."""
+
+    def __init__(self, writer: RunWriter) -> None:
+        self._writer = writer
+        self.latest: dict[tuple[str, str], float] = {}
+
+    def add_samples(self, samples: Iterable[Sample]) -> None:
+        batch = list(samples)
+        for s in batch:
+            self.latest[(s.source, s.metric)] = s.value
+        self._writer.add_samples(batch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
+
+
+def _count_images(batch: Any) -> int:
+    """Images in a batch: the length of its first tensor-like element."""
+    first = batch
+    while isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    if isinstance(first, dict) and first:
+        first = next(iter(first.values()))
+    shape = getattr(first, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    try:
+        return len(first)
+    except TypeError:
+        return 1
+
+
+class Monitor(AbstractContextManager["Monitor"]):
+    """Records a training run into ``run_dir/run.db``: steps, phases, system samples, facts.
+
+    Args:
+        run_dir: where the run database goes (created).
+        dataset_files: the dataset's files, for page-cache residency (sampled when many).
+        interval_s: sampling period of the background samplers (1 Hz default, up to 10 Hz).
+        device: ``"cuda"``/``torch.device`` to time copy and compute with CUDA events.
+        sample: run the background samplers (off: steps and phases only).
+        warmup_steps: steps at the start of the first train/val phase marked as warm-up.
+        root_pid: whose process tree to sample (default: this process).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        name: str | None = None,
+        command: str | None = None,
+        kind: str = "monitor",
+        dataset_files: Sequence[Path] = (),
+        interval_s: float = 1.0,
+        device: Any = None,
+        sample: bool = True,
+        warmup_steps: int = DEFAULT_WARMUP_STEPS,
+        config: dict[str, Any] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        db_name: str = "run.db",
+        root_pid: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self._clock = clock
+        self._warmup_steps = warmup_steps
+        self._warm_phases: set[str] = set()
+        self._dataset_files = [Path(f) for f in dataset_files]
+        self._interval_s = min(max(interval_s, 0.1), 60.0)
+        self._sample = sample
+        self._root_pid = root_pid or os.getpid()
+        self._info = RunInfo(
+            name=name or self.run_dir.name,
+            command=command or " ".join(sys.argv),
+            device=str(device or "cpu"),
+            kind=kind,
+            rank=rank,
+            world_size=world_size,
+            config=config or {},
+        )
+        self._db_name = db_name
+        self._phase_id = 0
+        self._recent: deque[StepRecord] = deque(maxlen=50)
+        self._lock = threading.Lock()
+        self.writer: RunWriter | None = None
+        self._tee: _LatestTee | None = None
+        self._sampler: Any = None
+        self._tree: Any = None
+        self._residency: Any = None
+        self.timer = StepTimer(
+            emit=self._emit_step, clock=clock, event_factory=_cuda_event_factory(device)
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> Monitor:
+        """Open the run database and start the samplers (``with Monitor(...)`` does this)."""
+        if self.writer is not None:
+            return self
+        self.writer = RunWriter(self.run_dir, self._info, db_name=self._db_name)
+        self._phase_id = self.writer.next_phase_id
+        self._tee = _LatestTee(self.writer)
+        self.writer.fact("env.cpu_count", len(os.sched_getaffinity(0)), "os.sched_getaffinity")
+        self._start_samplers()
+        return self
+
+    def _start_samplers(self) -> None:
+        assert self.writer is not None and self._tee is not None
+        from stepscope.observe import sampling
+
+        samplers = sampling.create_samplers(
+            root_pid=self._root_pid,
+            dataset_files=self._dataset_files,
+            note=self.writer.note,
+        ) if self._sample else []
+        for s in samplers:
+            if s.name == "tree":
+                self._tree = s
+            if s.name == "pagecache":
+                self._residency = s
+                self.writer.fact(
+                    "dataset.residency_sample_files", getattr(s, "sample_files", None),
+                    "files whose page-cache residency is measured (all, or a random sample)",
+                )
+        if self._dataset_files and self._residency is None and self._sample:
+            self.writer.note("pagecache", "dataset residency not measured (sampler unavailable)")
+        if samplers:
+            self._sampler = sampling.SamplerThread(
+                samplers, self._tee, interval_s=self._interval_s  # type: ignore[arg-type]
+            )
+            self._sampler.start()
+
+    def close(self, status: str = "completed", exit_code: int | None = None) -> None:
+        """Stop sampling, flush every record, mark the run ``status``."""
+        if self.writer is None:
+            return
+        self.timer.resolve(block=True)
+        # Read our threads' CPU time while they still exist; the last sample costs little.
+        monitor_cpu_s = _own_threads_cpu_s()
+        if self._sampler is not None:
+            with contextlib.suppress(Exception):
+                self._sampler.stop()
+        self.writer.fact(
+            "monitor.cpu_s", monitor_cpu_s, "CPU time of stepscope's sampler and writer threads"
+        )
+        self.writer.close(status, exit_code)
+
+    def __enter__(self) -> Monitor:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            status = "completed"
+        elif issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            status = "interrupted"
+        else:
+            status = "failed"
+        self.close(status)
+
+    # -- phases and steps --------------------------------------------------------------------
+    def loader(
+        self, iterable: Iterable[T], *, phase: str, epoch: int, workers: int | None = None
+    ) -> Iterator[T]:
+        """Iterate ``iterable`` as one phase of one epoch, timing each step's data wait.
+
+        Creating the iterator (which starts DataLoader workers) counts as the first step's wait.
+        """
+        if phase not in ("train", "val"):
+            raise ValueError(f"phase must be 'train' or 'val', got {phase!r}")
+        if workers is None:
+            workers = getattr(iterable, "num_workers", None)
+        rec = self._begin_phase(phase, epoch, workers)
+        warm = 0 if phase in self._warm_phases else self._warmup_steps
+        self._warm_phases.add(phase)
+        step = 0
+        try:
+            t0 = self._clock()
+            it = iter(iterable)
+            while True:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                t1 = self._clock()
+                images = _count_images(batch)
+                self.timer.begin(
+                    phase_id=rec.phase_id, step=step, t_start=t0, data_wait_s=t1 - t0,
+                    images=images, warmup=step < warm,
+                )
+                rec.images += images
+                step += 1
+                yield batch
+                t0 = self._clock()
+                self.timer.end(t0)
+        finally:
+            if self.timer.current is not None:  # the loop broke out mid-step
+                self.timer.end(self._clock())
+            rec.steps = step
+            self._end_phase(rec)
+
+    def copy(self) -> contextlib.AbstractContextManager[None]:
+        """Time the host-to-device copy of the current step."""
+        return self.timer.part("transfer")
+
+    def compute(self) -> contextlib.AbstractContextManager[None]:
+        """Time forward + backward + optimizer of the current step."""
+        return self.timer.part("compute")
+
+    def comm(self) -> contextlib.AbstractContextManager[None]:
+        """Time distributed communication (all-reduce) when it is not inside ``compute``."""
+        return self.timer.part("comm")
+
+    def set_loss(self, loss: float) -> None:
+        """Attach the step's loss (a Python float: reading a GPU tensor here would sync)."""
+        if self.timer.current is not None:
+            self.timer.current.loss = loss
+
+    def _begin_phase(self, phase: str, epoch: int, workers: int | None) -> PhaseRecord:
+        with self._lock:
+            phase_id = self._phase_id
+            self._phase_id += 1
+        rb, rc = self._io_totals()
+        rec = PhaseRecord(
+            phase_id=phase_id, epoch=epoch, phase=phase, started=time.time(),
+            resident_frac_start=self._resident_frac(), read_bytes_start=rb, rchar_start=rc,
+            workers=workers, rank=self._info.rank,
+        )
+        if self.writer is not None:
+            self.writer.put_phase(rec)
+        return rec
+
+    def _end_phase(self, rec: PhaseRecord) -> None:
+        # The last steps' GPU events must be read before the phase's figures are final; this
+        # is the one place where timing waits for the GPU.
+        self.timer.resolve(block=True)
+        rec.ended = time.time()
+        rec.read_bytes_end, rec.rchar_end = self._io_totals()
+        rec.resident_frac_end = self._resident_frac()
+        if self.writer is not None:
+            self.writer.put_phase(rec)
+
+    def _emit_step(self, rec: StepRecord) -> None:
+        self._recent.append(rec)
+        if self.writer is not None:
+            self.writer.add_step(rec)
+
+    def _io_totals(self) -> tuple[int | None, int | None]:
+        if self._tree is None:
+            return None, None
+        try:
+            rb, rc = self._tree.io_totals()
+            return int(rb), int(rc)
+        except Exception:  # monitoring never breaks training
+            return None, None
+
+    def _resident_frac(self) -> float | None:
+        if self._residency is None:
+            return None
+        try:
+            return float(self._residency.resident_frac())
+        except Exception:
+            return None
+
+    # -- facts, notes, custom series ---------------------------------------------------------
+    def fact(self, key: str, value: Any, how_measured: str = "") -> None:
+        if self.writer is not None:
+            self.writer.fact(key, value, how_measured)
+
+    def note(self, source: str, text: str) -> None:
+        if self.writer is not None:
+            self.writer.note(source, text)
+
+    def record(self, source: str, metric: str, value: float) -> None:
+        """Record one value of a custom series now (e.g. ``trainer/checkpoint_write_s``)."""
+        if self.writer is not None:
+            self.writer.add_samples([Sample(time.time(), source, metric, float(value))])
+
+    def update_run(self, **fields: Any) -> None:
+        if self.writer is not None:
+            self.writer.update_run(**fields)
+
+    def live(self) -> LiveStats:
+        """Figures for a progress line: the last 50 steps and the newest samples."""
+        stats = LiveStats()
+        recent = list(self._recent)
+        wall = sum(r.wall_s for r in recent)
+        if wall > 0:
+            stats.images_per_s = sum(r.images for r in recent) / wall
+            stats.data_wait_frac = sum(r.data_wait_s for r in recent) / wall
+        latest = self._tee.latest if self._tee is not None else {}
+        stats.cpu_util_pct = latest.get(("host", "cpu_util_pct"))
+        stats.gpu_util_pct = latest.get(("gpu0", "util_pct"))
+        stats.disk_read_bytes_per_s = latest.get(("tree", "read_rate_bytes_per_s"))
+        return stats
+
+
+def _cuda_event_factory(device: Any) -> Callable[[], GpuEvent] | None:
+    if device is None or "cuda" not in str(device):
+        return None
+    import torch
+
+    return lambda: torch.cuda.Event(enable_timing=True)  # type: ignore[no-any-return]
+
+
+def _own_threads_cpu_s() -> float:
+    """CPU seconds used by stepscope's own background threads in this process."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for th in threading.enumerate():
+        if not th.name.startswith("stepscope") or th.native_id is None:
+            continue
+        try:
+            fields = Path(f"/proc/self/task/{th.native_id}/stat").read_text().rsplit(")", 1)[1]
+            parts = fields.split()
+            total += (int(parts[11]) + int(parts[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return total

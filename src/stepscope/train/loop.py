@@ -1,0 +1,254 @@
+"""The training loop: the seed's job (frozen backbone, new head, validation every epoch,
+checkpoint on the best validation metric), timed by :class:`stepscope.Monitor`."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from stepscope.errors import StepscopeError
+from stepscope.observe.monitor import LiveStats, Monitor
+from stepscope.train import checkpoint, data, memory, precision, setup
+from stepscope.train.config import TrainConfig, default_run_dir, save_config
+
+METRICS_FIELDS = ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "seconds"]
+
+
+class Progress(Protocol):
+    """What the loop tells whoever shows progress (the CLI renders it with rich)."""
+
+    def phase_start(self, epoch: int, epochs: int, phase: str, steps: int) -> None: ...
+    def step(self, done: int, loss: float | None, accuracy: float | None, live: LiveStats) -> None: ...
+    def phase_end(self) -> None: ...
+    def epoch_end(self, row: dict[str, Any]) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+class _Quiet:
+    def phase_start(self, epoch: int, epochs: int, phase: str, steps: int) -> None: ...
+    def step(self, done: int, loss: float | None, accuracy: float | None, live: LiveStats) -> None: ...
+    def phase_end(self) -> None: ...
+    def epoch_end(self, row: dict[str, Any]) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+@dataclass
+class PhaseResult:
+    loss: float
+    accuracy: float
+    images: int
+    seconds: float
+    bad_files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    rows: list[dict[str, Any]]
+    best_metric: float | None
+    status: str
+    bad_files: list[str]
+
+
+# Reading a GPU tensor into Python waits for the GPU: the loop keeps loss and accuracy sums on
+# the device and reads them only this often, never every step.
+PROGRESS_EVERY_S = 0.5
+
+
+def _step_stats(logits: torch.Tensor, y: torch.Tensor, binary: bool) -> torch.Tensor:
+    pred = (logits.squeeze(1) > 0).long() if binary else logits.argmax(1)
+    return (pred == y).sum()
+
+
+def run_phase(
+    mon: Monitor, s: setup.Setup, loader: Any, *, phase: str, epoch: int, epochs: int,
+    optimizer: torch.optim.Optimizer | None, progress: Progress, probe: memory.MemoryProbe,
+    max_steps: int | None = None,
+) -> PhaseResult:
+    """One pass over ``loader``: training when ``optimizer`` is given, else validation."""
+    model, device = s.model, s.device
+    training = optimizer is not None
+    model.train(training)
+    loss_fn = model.loss_fn()
+    binary = model.num_classes == 2
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    images, bad, last_report, t0 = 0, [], 0.0, time.perf_counter()
+    progress.phase_start(epoch, epochs, phase, len(loader))
+    grad = contextlib.nullcontext() if training else torch.no_grad()
+    with grad:
+        for i, (x, y, bad_files) in enumerate(mon.loader(loader, phase=phase, epoch=epoch)):
+            bad.extend(bad_files)
+            if len(y) == 0:  # every image of this batch was unreadable
+                continue
+            with mon.copy():
+                # non_blocking only overlaps with compute when the batch sits in pinned memory.
+                x = x.to(device, non_blocking=True)
+                y = y.to(device, non_blocking=True)
+                if s.channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
+            with mon.compute():
+                with probe.first_step(x, training):
+                    with precision.autocast_context(device, s.bf16):
+                        logits = model(x)
+                    target = y.float().unsqueeze(1) if binary else y
+                    loss = loss_fn(logits.float(), target)
+                if training:
+                    assert optimizer is not None
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    probe.after_first_step(optimizer)
+                loss_sum += loss.detach() * len(y)
+                correct += _step_stats(logits.detach(), y, binary)
+            images += len(y)
+            now = time.perf_counter()
+            if now - last_report >= PROGRESS_EVERY_S:
+                last_report = now
+                progress.step(i + 1, float(loss_sum) / images, float(correct) / images, mon.live())
+            if max_steps is not None and i + 1 >= max_steps:
+                break
+    progress.step(len(loader), float(loss_sum) / max(images, 1), float(correct) / max(images, 1),
+                  mon.live())
+    progress.phase_end()
+    return PhaseResult(
+        loss=float(loss_sum) / max(images, 1), accuracy=float(correct) / max(images, 1),
+        images=images, seconds=time.perf_counter() - t0, bad_files=bad,
+    )
+
+
+def _apply_memory_controls(cfg: TrainConfig, device: torch.device, progress: Progress) -> None:
+    if cfg.gpu_memory_fraction is None and cfg.alloc_conf is None:
+        return
+    if device.type != "cuda":
+        progress.message(
+            "note: --gpu-memory-fraction and --alloc-conf apply to CUDA only; ignored on the CPU"
+        )
+        return
+    if cfg.gpu_memory_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(cfg.gpu_memory_fraction, device)
+
+
+def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=METRICS_FIELDS)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: row.get(k, "") for k in METRICS_FIELDS})
+    os.replace(tmp, path)
+
+
+def _is_better(metric: str, value: float, best: float | None) -> bool:
+    if best is None:
+        return True
+    return value > best if metric == "val_accuracy" else value < best
+
+
+def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
+    """Run ``cfg`` end to end and record it; returns where the run directory is.
+
+    Examples:
+        >>> cfg = resolve_config({"csv": "d/train.csv", "val_csv": "d/valid.csv", "images": "d/images"})
+        >>> train(cfg).run_dir
+    """
+    progress = progress or _Quiet()
+    if cfg.alloc_conf:
+        # The CUDA caching allocator reads this once, when CUDA is first used: set it first.
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = cfg.alloc_conf
+    run_dir = Path(cfg.resume) if cfg.resume else default_run_dir(cfg)
+    resume_state = checkpoint.load_checkpoint(run_dir / "checkpoints" / "last.pt") if cfg.resume else None
+    baseline_bytes = memory.process_rss_bytes()
+    s = setup.build(cfg)
+    _apply_memory_controls(cfg, s.device, progress)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    trainable = [p for p in s.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=cfg.lr)
+    rows: list[dict[str, Any]] = []
+    best: float | None = None
+    start_epoch = 0
+    if resume_state is not None:
+        s.model.load_state_dict(resume_state["model"])
+        optimizer.load_state_dict(resume_state["optimizer"])
+        rows, best = list(resume_state.get("rows", [])), resume_state.get("best")
+        start_epoch = int(resume_state["epoch"]) + 1
+        if start_epoch >= cfg.epochs:
+            raise StepscopeError(
+                f"{run_dir} already finished {start_epoch} of {cfg.epochs} epochs: nothing to resume "
+                "(give a larger --epochs to train further)"
+            )
+        progress.message(f"resuming {run_dir} at epoch {start_epoch + 1} of {cfg.epochs}")
+    files = data.dataset_files(s.split)
+    mon = Monitor(
+        run_dir, kind="train", name=cfg.name or run_dir.name, dataset_files=files,
+        interval_s=cfg.interval_s, device=s.device, sample=cfg.monitor, config=cfg.to_dict(),
+    )
+    status = "failed"
+    all_bad: list[str] = []
+    mon.start()
+    try:
+        probe = memory.MemoryProbe(mon, s.model, s.device)
+        probe.record_static(files, baseline_bytes, workers=s.workers)
+        for epoch in range(start_epoch, cfg.epochs):
+            t_epoch = time.perf_counter()
+            tr = run_phase(mon, s, s.train_loader, phase="train", epoch=epoch, epochs=cfg.epochs,
+                           optimizer=optimizer, progress=progress, probe=probe,
+                           max_steps=cfg.max_steps)
+            row: dict[str, Any] = {"epoch": epoch + 1, "train_loss": tr.loss,
+                                   "train_accuracy": tr.accuracy}
+            all_bad.extend(tr.bad_files)
+            if s.val_loader is not None and (epoch + 1) % cfg.val_every == 0:
+                va = run_phase(mon, s, s.val_loader, phase="val", epoch=epoch, epochs=cfg.epochs,
+                               optimizer=None, progress=progress, probe=probe,
+                               max_steps=cfg.max_steps)
+                row.update(val_loss=va.loss, val_accuracy=va.accuracy)
+                all_bad.extend(va.bad_files)
+            row["seconds"] = time.perf_counter() - t_epoch
+            rows.append(row)
+            best = _save_checkpoints(mon, s, optimizer, cfg, run_dir, epoch, rows, best)
+            _write_metrics(run_dir / "metrics.csv", rows)
+            if all_bad:
+                progress.message(_bad_files_message(all_bad))
+            progress.epoch_end(row)
+        status = "completed"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        mon.close(status)
+    return TrainResult(run_dir, rows, best, status, all_bad)
+
+
+def _bad_files_message(bad: list[str]) -> str:
+    names = ", ".join(sorted(set(bad))[:5])
+    return f"skipped {len(bad)} unreadable image(s) so far (corrupt or truncated): {names}"
+
+
+def _save_checkpoints(
+    mon: Monitor, s: setup.Setup, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
+    run_dir: Path, epoch: int, rows: list[dict[str, Any]], best: float | None,
+) -> float | None:
+    state = {
+        "model": s.model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
+        "rows": rows, "best": best, "classes": list(s.split.classes),
+        "config": cfg.to_dict(),
+    }
+    value = rows[-1].get(cfg.monitor_metric)
+    ckpt_dir = run_dir / "checkpoints"
+    if value is not None and _is_better(cfg.monitor_metric, value, best):
+        best = value
+        state["best"] = best
+        w = checkpoint.save_checkpoint(state, ckpt_dir / "best.pt")
+        mon.record("trainer", "checkpoint_write_s", w.seconds)
+        mon.fact("model.file_bytes", w.bytes, "size of checkpoints/best.pt on disk")
+    w = checkpoint.save_checkpoint(state, ckpt_dir / "last.pt")
+    mon.record("trainer", "checkpoint_write_s", w.seconds)
+    return best

@@ -1,0 +1,119 @@
+"""Measurements for the memory ledger, taken once by the trainer (see docs/records.md, facts).
+
+What each figure includes:
+- weights: every parameter and buffer of the model, as allocated.
+- gradients: ``.grad`` of the trainable parameters after the first backward.
+- optimizer: the optimizer's state tensors after its first step (Adam keeps two per parameter).
+- activations: tensors autograd saved for backward during the first training forward, counted
+  once per storage (a frozen trunk under ``no_grad`` saves none; only the head's input remains).
+- input batch: the uint8 batch as it reaches the model plus its float32 normalised copy.
+- runtime baseline: this process's resident memory after importing the framework, before the
+  model exists (libraries, thread pools, interpreter).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from stepscope.observe.monitor import Monitor
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def process_rss_bytes() -> int:
+    """Resident set size of this process now (``/proc/self/statm``)."""
+    fields = Path("/proc/self/statm").read_text().split()
+    return int(fields[1]) * _PAGE
+
+
+def tensor_bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+class MemoryProbe:
+    """Records the ledger's facts: static ones at start, the rest around the first step."""
+
+    def __init__(self, mon: Monitor, model: torch.nn.Module, device: torch.device) -> None:
+        self.mon, self.model, self.device = mon, model, device
+        self._step_done = False
+        self._after_done = False
+
+    def record_static(self, files: Sequence[Path], baseline_bytes: int, *, workers: int) -> None:
+        mon, model = self.mon, self.model
+        sizes = [_size(f) for f in files]
+        mon.fact("dataset.files", len(files), "files listed for train + val")
+        mon.fact("dataset.bytes", sum(sizes), "sum of the listed files' sizes (os.stat)")
+        mon.fact("model.name", getattr(model, "name", type(model).__name__), "")
+        params = list(model.parameters())
+        mon.fact("model.params", sum(p.numel() for p in params), "parameters")
+        mon.fact("model.trainable_params", sum(p.numel() for p in params if p.requires_grad),
+                 "parameters with requires_grad")
+        weights = tensor_bytes(params) + tensor_bytes(model.buffers())
+        mon.fact("mem.weights_bytes", weights, "parameters + buffers, numel x element size")
+        mon.fact("model.state_dict_bytes", weights, "what a checkpoint of the weights holds")
+        mon.fact("mem.runtime_baseline_bytes", baseline_bytes,
+                 "process RSS after importing torch, before building the model")
+        mon.fact("loader.workers", workers, "DataLoader num_workers")
+        mon.fact("mem.framework", "torch", "")
+        mon.fact("env.device", str(self.device), "")
+
+    @contextlib.contextmanager
+    def first_step(self, x: torch.Tensor, training: bool) -> Iterator[None]:
+        """Around the first training forward: count what autograd saves for backward."""
+        if self._step_done or not training:
+            yield
+            return
+        self._step_done = True
+        seen: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storage = t.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        self.mon.fact("mem.input_batch_bytes", x.numel() * x.element_size() + x.numel() * 4,
+                      "uint8 batch + its float32 normalised copy")
+        peak_before = _cuda_peak_reset(self.device)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+        self.mon.fact("mem.activations_peak_bytes", sum(seen.values()),
+                      "storages saved for backward in the first training forward (saved-tensor hooks)")
+        if peak_before is not None:
+            peak = torch.cuda.max_memory_allocated(self.device) - peak_before
+            self.mon.fact("mem.cuda_step_peak_bytes", peak,
+                          "allocator peak during the first step above what was allocated before")
+
+    def after_first_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """After the first optimizer step: gradients and optimizer state exist now."""
+        if self._after_done:
+            return
+        self._after_done = True
+        grads = tensor_bytes(p.grad for p in self.model.parameters() if p.grad is not None)
+        self.mon.fact("mem.gradients_bytes", grads, ".grad of trainable parameters")
+        state = [v for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
+        self.mon.fact("mem.optimizer_bytes", tensor_bytes(state),
+                      f"{type(optimizer).__name__} state tensors after its first step")
+        if self.device.type == "cuda":
+            stats = torch.cuda.host_memory_stats()
+            self.mon.fact("mem.pinned_bytes", stats.get("reserved_bytes.current", 0),
+                          "torch.cuda.host_memory_stats reserved (pinned host memory)")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _cuda_peak_reset(device: torch.device) -> int | None:
+    if device.type != "cuda":
+        return None
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(torch.cuda.memory_allocated(device))

@@ -1,0 +1,144 @@
+"""Builds what a training run needs from a :class:`TrainConfig`: device, data, loaders, model."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from stepscope.errors import StepscopeError
+from stepscope.train import augment, data, models, precision
+from stepscope.train.config import TrainConfig
+
+# Images per second one CPU worker delivers, by augmentation backend, measured on a 2-core
+# Zen 5 / Xeon (REFERENCE.md): decode + augment + resize to ~299 px.
+PER_WORKER_IMG_S = {"fused": 1400.0, "keras": 130.0, "none": 1000.0, "gpu": 1000.0}
+# What the frozen trunk consumes on a CPU-only machine is rarely above this (EfficientNet-Lite0
+# at 224 px, 2 cores, bf16); on a GPU the trunk is 10-100x faster and the CPU must feed it.
+CPU_TRUNK_IMG_S = 120.0
+
+
+@dataclass
+class Setup:
+    """Everything the loop iterates over."""
+
+    device: torch.device
+    split: data.DatasetSplit
+    train_loader: DataLoader[Any]
+    val_loader: DataLoader[Any] | None
+    model: models.TransferModel
+    workers: int
+    bf16: bool
+    threads: int
+    channels_last: bool
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise StepscopeError(
+            f"--device {name} asked for, but PyTorch sees no CUDA GPU here "
+            "(torch.cuda.is_available() is False): use --device cpu or auto"
+        )
+    return torch.device(name)
+
+
+def resolve_workers(spec: str, *, cores: int, device: torch.device, backend: str) -> int:
+    """``--workers auto``: enough loader processes to feed the trunk, no more.
+
+    On a CPU-only machine every worker takes cores from the trunk's own threads, so we give the
+    loader just enough for the trunk's rate. On a GPU the trunk outruns any CPU pipeline, so
+    the loader gets all cores but one (the main process launches the GPU work).
+    """
+    if spec != "auto":
+        return int(spec)
+    if device.type == "cuda":
+        return max(1, min(cores - 1, 8))
+    need = CPU_TRUNK_IMG_S / PER_WORKER_IMG_S.get(backend, 500.0)
+    return max(1, min(max(cores - 1, 1), math.ceil(need)))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _worker_init(worker_id: int) -> None:
+    # OpenCV starts its own thread pool in every worker; on a small machine those threads
+    # fight the trunk's. One image at a time per worker is the efficient split.
+    import cv2
+
+    cv2.setNumThreads(1)
+    augment.worker_init(worker_id)
+
+
+def build_loaders(
+    cfg: TrainConfig, split: data.DatasetSplit, device: torch.device, workers: int
+) -> tuple[DataLoader[Any], DataLoader[Any] | None]:
+    aug = augment.resolve_augment(cfg.augment)
+    backend = "fused" if cfg.aug_backend == "gpu" else cfg.aug_backend
+    train_tf = augment.create_transform(
+        aug, cfg.img_size, train=True, backend=backend, seed=cfg.seed
+    )
+    val_tf = augment.create_transform(None, cfg.img_size, train=False, backend=backend)
+    common: dict[str, Any] = {
+        "batch_size": cfg.batch_size,
+        "num_workers": workers,
+        "collate_fn": data.collate_skip_bad,
+        # Pinned host memory lets the copy to the GPU run asynchronously (non_blocking).
+        "pin_memory": device.type == "cuda",
+    }
+    if workers > 0:
+        common.update(prefetch_factor=cfg.prefetch, worker_init_fn=_worker_init)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    train_loader = DataLoader(
+        data.ImageDataset(split.train, train_tf), shuffle=True, generator=gen, **common
+    )
+    val_loader = (
+        DataLoader(data.ImageDataset(split.val, val_tf), shuffle=False, **common)
+        if split.val else None
+    )
+    return train_loader, val_loader
+
+
+def build(cfg: TrainConfig) -> Setup:
+    """Resolve data, device, workers and model for ``cfg``."""
+    seed_everything(cfg.seed)
+    device = resolve_device(cfg.device)
+    cores = usable_cores()
+    threads = cfg.threads or cores
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    split = data.resolve_dataset(
+        csv=Path(cfg.csv) if cfg.csv else None,
+        val_csv=Path(cfg.val_csv) if cfg.val_csv else None,
+        images=Path(cfg.images) if cfg.images else None,
+        x_col=cfg.x_col, y_col=cfg.y_col,
+        folder=Path(cfg.folder) if cfg.folder else None,
+        val_split=cfg.val_split, seed=cfg.seed, on_missing=cfg.on_missing,
+    )
+    workers = resolve_workers(cfg.workers, cores=cores, device=device, backend=cfg.aug_backend)
+    train_loader, val_loader = build_loaders(cfg, split, device, workers)
+    model = models.create_model(
+        cfg.model, weights=cfg.weights, num_classes=len(split.classes), unfreeze=cfg.unfreeze
+    )
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and precision.bf16_pays(device))
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    model = model.to(device)
+    return Setup(
+        device, split, train_loader, val_loader, model, workers, bf16, threads, cfg.channels_last
+    )
