@@ -1,0 +1,397 @@
+"""Plain-words answers from a summary: the headline first, then how phases and epochs differ,
+then memory, then the seed's own observations and inferences where the run shows them.
+
+Every number quoted comes from ``summary.json`` (itself traceable to stored records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stepscope.analysis.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_pct, fmt_ratio, fmt_s
+
+Summary = dict[str, Any]
+COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
+COLD_MIN_BYTES = 16_000_000
+CHECKPOINT_BUSY_S = 0.5
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One numbered answer: a short title and a paragraph with the numbers inline."""
+
+    number: int
+    title: str
+    text: str
+
+
+def _ms(v: float | None) -> str:
+    return fmt_ms(None if v is None else v / 1000.0)
+
+
+def _rate(v: float | None) -> str:
+    return "unknown" if v is None else f"{v:.1f} img/s" if v < 10 else f"{v:.0f} img/s"
+
+
+def _cpu(v: float | None) -> str:
+    return "unknown" if v is None else f"{v:.0f} %"
+
+
+_CAUSE_WORDS = {
+    "cpu": "the CPU preparing images (decoding and augmenting them) could not keep up",
+    "storage": "the loader waited on the disk",
+    "workers": "the DataLoader workers had time to spare yet the loop waited: too few workers "
+               "or too little prefetch",
+}
+
+
+def _split_words(agg: dict[str, Any]) -> str:
+    return (f"A step took {_ms(agg['step_ms_per_step'])}: {_ms(agg['data_wait_ms_per_step'])} "
+            f"waiting for data, {_ms(agg['transfer_ms_per_step'])} copying to the device, "
+            f"{_ms(agg['compute_ms_per_step'])} computing and {_ms(agg['other_ms_per_step'])} "
+            f"other; {_rate(agg['images_per_s'])} over the phase.")
+
+
+def headline(s: Summary) -> tuple[str, str] | None:
+    agg = (s.get("by_phase") or {}).get("train") or (s.get("by_phase") or {}).get("val")
+    if not agg or agg.get("verdict") is None:
+        return "No training steps were recorded", _system_only(s)
+    kind = "Training" if agg["phase"] == "train" else "Validation"
+    v = agg["verdict"]
+    if v == "input-bound":
+        text = f"{kind} was input-bound: {fmt_pct(agg['data_wait_frac'])} of every step waited for data"
+        if agg.get("input_cause"):
+            text += f"; {_CAUSE_WORDS[agg['input_cause']]}"
+            if agg.get("input_evidence"):
+                text += " (" + "; ".join(agg["input_evidence"]) + ")"
+        text += "."
+    elif v == "compute-bound":
+        text = (f"{kind} was compute-bound: {fmt_pct(agg['compute_frac'])} of every step was the "
+                f"model's own work; data wait was {fmt_pct(agg['data_wait_frac'])}.")
+    elif v == "transfer-bound":
+        text = (f"{kind} was transfer-bound: {fmt_pct(agg['transfer_frac'])} of every step copied "
+                "the batch to the device.")
+    else:
+        text = (f"{kind} was overhead-bound: {fmt_pct(agg['other_frac'])} of every step was loop "
+                "overhead outside data, copy and compute (logging, metrics, syncs).")
+    text += " " + _split_words(agg)
+    if agg.get("verdict_weak") and agg.get("verdict_note"):
+        text += f" This verdict is weak: {agg['verdict_note']}."
+    return f"{kind} was {v}", text
+
+
+def _system_only(s: Summary) -> str:
+    sysf = s.get("system") or {}
+    parts = [f"host CPU averaged {_cpu(sysf.get('cpu_util_pct'))} "
+             f"(peak {_cpu(sysf.get('cpu_util_max_pct'))})"]
+    if sysf.get("tree_rchar_bytes") is not None:
+        parts.append(f"the processes read {fmt_bytes(sysf['tree_rchar_bytes'])} of files, "
+                     f"{fmt_bytes(sysf.get('tree_read_bytes'))} of it from disk")
+    if sysf.get("tree_rss_max_bytes") is not None:
+        parts.append(f"their memory peaked at {fmt_bytes(sysf['tree_rss_max_bytes'])} (RSS)")
+    if sysf.get("gpu_util_pct") is not None:
+        parts.append(f"the GPU ran kernels {sysf['gpu_util_pct']:.0f} % of the time")
+    return ("Only system-level figures exist (no loop was timed, so no step split or verdict): "
+            + "; ".join(parts) + ".")
+
+
+def train_vs_val(s: Summary) -> tuple[str, str] | None:
+    bp = s.get("by_phase") or {}
+    tr, va = bp.get("train"), bp.get("val")
+    if not tr or not va or not tr.get("images_per_s") or not va.get("images_per_s"):
+        return None
+    ratio = va["images_per_s"] / tr["images_per_s"]
+    faster = ratio >= 1.0
+    text = (f"Validation ran at {_rate(va['images_per_s'])} against {_rate(tr['images_per_s'])} in "
+            f"training ({fmt_ratio(ratio if faster else 1 / ratio)} {'faster' if faster else 'slower'}). "
+            f"Per image, the loop waited {_ms(tr['data_wait_ms_per_image'])} for data in training "
+            f"and {_ms(va['data_wait_ms_per_image'])} in validation, and computed "
+            f"{_ms(tr['compute_ms_per_image'])} against {_ms(va['compute_ms_per_image'])}.")
+    lt, lv = tr.get("loader_cpu_ms_per_image"), va.get("loader_cpu_ms_per_image")
+    if lt is not None and lv is not None:
+        text += (f" The loader spent {_ms(lt)} of CPU per training image and {_ms(lv)} per "
+                 "validation image.")
+    reasons = []
+    if _less(va, tr, "data_wait_ms_per_image") or (lt is not None and lv is not None and lv < lt):
+        reasons.append("validation images are not augmented (they are still decoded, resized and "
+                       "normalised on the CPU)")
+    if _less(va, tr, "compute_ms_per_image"):
+        reasons.append("validation runs the forward pass only: no backward, no optimizer step")
+    if reasons and faster:
+        text += " Validation is faster because " + " and ".join(reasons) + "."
+    elif not faster:
+        text += (" Validation is slower here: compare the figures above (cold files read for the "
+                 "first time, or a larger validation batch work).")
+    if va.get("verdict"):
+        text += f" Validation itself was {va['verdict']} ({fmt_pct(va['data_wait_frac'])} data wait)."
+    return "Why validation differs from training", text
+
+
+def _less(a: dict[str, Any], b: dict[str, Any], key: str) -> bool:
+    return a.get(key) is not None and b.get(key) is not None and a[key] < b[key]
+
+
+def epoch_was_cold(s: Summary, epoch: dict[str, Any]) -> bool:
+    """Did this epoch read the dataset from disk (a cold page cache)?
+
+    Residency at the epoch's start decides when measured; else physical reads against the
+    dataset's size; else against what the epoch read, ignoring a few MB (shared libraries paged
+    in by new workers count as physical reads but are not dataset files).
+    """
+    resid = next((p.get("dataset_resident_frac_start") for p in s.get("phases") or []
+                  if p["epoch"] == epoch["epoch"]), None)
+    if resid is not None:
+        return bool(resid < 0.5)
+    disk = epoch.get("disk_read_bytes") or 0
+    ds = (s.get("dataset") or {}).get("bytes")
+    if ds:
+        return bool(disk >= COLD_READ_FRAC * ds)
+    return bool(disk >= max(COLD_MIN_BYTES, COLD_READ_FRAC * (epoch.get("rchar_bytes") or 0)))
+
+
+def _epoch_disk_line(e: dict[str, Any], resid: float | None) -> str:
+    line = (f"epoch {e['epoch']} read {fmt_bytes(e['disk_read_bytes'])} from disk and "
+            f"{fmt_bytes(e['rchar_bytes'])} in all")
+    if resid is not None:
+        line += f" (dataset {fmt_pct(resid)} resident in the page cache at its start)"
+    return line
+
+
+def cold_vs_warm(s: Summary) -> tuple[str, str] | None:
+    epochs = [e for e in s.get("epochs") or [] if e.get("disk_read_bytes") is not None]
+    if not epochs:
+        return None
+    starts: dict[int, float | None] = {}
+    for p in s.get("phases") or []:
+        starts.setdefault(p["epoch"], p.get("dataset_resident_frac_start"))
+    ds_bytes = (s.get("dataset") or {}).get("bytes")
+    first = epochs[0]
+    line = _epoch_disk_line(first, starts.get(first["epoch"]))
+    text = line[:1].upper() + line[1:]
+    if ds_bytes:
+        text += f"; the dataset is {fmt_bytes(ds_bytes)}, so physical reads were " \
+                f"{fmt_pct(first['disk_read_bytes'] / ds_bytes)} of it"
+    text += "."
+    if not epoch_was_cold(s, first):
+        text += (" The files were already in the kernel's page cache, so reads were served from "
+                 "memory from the start.")
+        return "Why the disk stayed idle", text
+    later = epochs[1:]
+    if later:
+        text += " Later: " + "; ".join(_epoch_disk_line(e, starts.get(e["epoch"])) for e in later) + "."
+        warm = all(e["disk_read_bytes"] <= 0.1 * max(1, e["rchar_bytes"] or 0) for e in later)
+        if warm:
+            text += (" The program read every file again each epoch, but the kernel's page cache "
+                     "served them from memory, so the disk had nothing to do.")
+        else:
+            text += " Later epochs still read from disk: the page cache did not keep the files."
+    rates = _phase_read_rates(s, first["epoch"])
+    if rates:
+        text += " " + rates
+    return "Why the disk was busy, then idle", text
+
+
+def _phase_read_rates(s: Summary, epoch: int) -> str:
+    ph = {p["phase"]: p for p in s.get("phases") or [] if p["epoch"] == epoch}
+    tr, va = ph.get("train"), ph.get("val")
+    if not tr or not va or not tr.get("disk_read_rate_bytes_per_s") or \
+            not va.get("disk_read_rate_bytes_per_s"):
+        return ""
+    return (f"In epoch {epoch} validation read from disk at "
+            f"{fmt_bytes(va['disk_read_rate_bytes_per_s'])}/s against "
+            f"{fmt_bytes(tr['disk_read_rate_bytes_per_s'])}/s in training: its files were new to "
+            "the cache too, and without augmentation the loader consumes them faster.")
+
+
+def cpu_pattern(s: Summary) -> tuple[str, str] | None:
+    bp = s.get("by_phase") or {}
+    tr, va = bp.get("train"), bp.get("val")
+    if not tr or tr.get("cpu_util_pct") is None:
+        return None
+    cores = (s.get("host") or {}).get("cores")
+    text = f"Host CPU averaged {_cpu(tr['cpu_util_pct'])}"
+    text += f" of {cores:.0f} cores" if cores else ""
+    text += " during training"
+    if va and va.get("cpu_util_pct") is not None:
+        text += f" and {_cpu(va['cpu_util_pct'])} during validation"
+    text += "."
+    ws = [p for p in s.get("phases") or [] if p.get("worker_cpu_pct")]
+    if ws:
+        p = ws[0]
+        n = len(p["worker_cpu_pct"])
+        text += (f" In epoch {p['epoch']} {p['phase']} the {fmt_count(n, 'DataLoader worker')} "
+                 f"{'was' if n == 1 else 'were'} at "
+                 + ", ".join(f"{c:.0f} %" for c in p["worker_cpu_pct"]) + " of a core.")
+    ck = s.get("checkpoints") or {}
+    if ck.get("writes"):
+        mean_s = ck["mean_s"] or 0.0
+        took = fmt_s(mean_s) if mean_s >= 0.1 else fmt_ms(mean_s)
+        text += f" Checkpoints were written {ck['writes']} times, {took} each on average"
+        busier = va is not None and (va.get("cpu_util_pct") or 0) > (tr["cpu_util_pct"] or 0) + 5
+        if busier or mean_s >= CHECKPOINT_BUSY_S:
+            text += ("; validation plus the checkpoint write make the end of each epoch the "
+                     "busiest part")
+        text += "."
+    return "What the CPU was doing", text
+
+
+def gpu_pattern(s: Summary) -> tuple[str, str] | None:
+    bp = s.get("by_phase") or {}
+    tr, va = bp.get("train"), bp.get("val")
+    if not tr or tr.get("gpu_util_pct") is None:
+        return None
+    text = f"NVML reported the GPU {tr['gpu_util_pct']:.0f} % utilised in training"
+    if va and va.get("gpu_util_pct") is not None:
+        text += f" and {va['gpu_util_pct']:.0f} % in validation"
+    text += (". That figure is the share of time at least one kernel was running, not how busy the "
+             f"GPU was. In training the loop waited for data {fmt_pct(tr['data_wait_frac'])} of "
+             "each step, and the GPU idles while it waits")
+    if va and va.get("data_wait_frac") is not None:
+        text += (f"; validation waited {fmt_pct(va['data_wait_frac'])} and has no backward pass, "
+                 "so its kernels come closer together")
+    return "What the GPU utilisation means", text + "."
+
+
+def _ledger_words(mem: dict[str, Any]) -> str:
+    items = ", ".join(f"{i['item']} {fmt_bytes(i['bytes'])}" for i in mem.get("ledger") or [])
+    text = items or "no items measured"
+    if mem.get("unattributed_bytes") is not None:
+        text += (f"; unattributed {fmt_bytes(mem['unattributed_bytes'])} "
+                 f"({fmt_pct(mem.get('unattributed_frac'))})")
+    return text
+
+
+def memory_answer(s: Summary) -> tuple[str, str] | None:
+    mem = s.get("memory") or {}
+    if mem.get("total_bytes") is None:
+        return None
+    gpu = str(mem.get("device", "")).startswith("cuda")
+    what = "GPU memory (NVML, this process)" if gpu else "Process memory (training RSS + workers' USS)"
+    text = f"{what} at its peak: {fmt_bytes(mem['total_bytes'])} = {_ledger_words(mem)}."
+    if mem.get("footprint_line"):
+        text += (f" Side by side: {mem['footprint_line']}. The file holds only the weights; "
+                 "training also needs gradients and optimizer state for the trainable part, "
+                 "activations for the batch, workspaces and the runtime.")
+    pool = mem.get("preallocated_pool")
+    if pool:
+        text += f" Most of it is a preallocated pool: {pool['why']}. The fix: {pool['fix']}."
+    host = s.get("host_memory")
+    if gpu and host and host.get("total_bytes") is not None:
+        text += f" On the host: {fmt_bytes(host['total_bytes'])} ({_ledger_words(host)})."
+    return "Where the memory went", text
+
+
+def _peak_process_bytes(s: Summary) -> float | None:
+    host = s.get("host_memory") or s.get("memory") or {}
+    if str(host.get("device", "")).startswith("cuda"):
+        return None
+    return host.get("main_rss_bytes") or host.get("total_bytes")
+
+
+def ram_inference(s: Summary) -> tuple[str, str] | None:
+    """The seed's inference 2: 'after epoch 1 all images are in RAM, so the disk is idle'.
+
+    The proof that the program does not hold the images: it reads the files again every epoch
+    (``rchar``), which a program caching them would not; the page cache serves those reads.
+    """
+    epochs = [e for e in s.get("epochs") or [] if e.get("disk_read_bytes") is not None]
+    if len(epochs) < 2:
+        return None
+    first, later = epochs[0], epochs[-1]
+    if not epoch_was_cold(s, first):
+        return None  # nothing came from disk in epoch 1: the run does not show the transition
+    if not later.get("rchar_bytes") or later["disk_read_bytes"] > 0.1 * later["rchar_bytes"]:
+        return None
+    resid = [p.get("dataset_resident_frac_start") for p in s.get("phases") or []
+             if p["epoch"] == later["epoch"]]
+    r = resid[0] if resid and resid[0] is not None else None
+    text = (f"Right about RAM, wrong about whose. In epoch {later['epoch']} the program read "
+            f"{fmt_bytes(later['rchar_bytes'])} of files again (epoch {first['epoch']}: "
+            f"{fmt_bytes(first['rchar_bytes'])}) but only {fmt_bytes(later['disk_read_bytes'])} "
+            "came from disk")
+    text += f"; the dataset was {fmt_pct(r)} resident in the OS page cache" if r is not None else ""
+    rereads = (first.get("rchar_bytes") or 0) > 0 and \
+        later["rchar_bytes"] >= 0.5 * first["rchar_bytes"]
+    text += (". A program that kept the images would not read the files again: the kernel keeps "
+             "the files, and every epoch the program re-reads and re-decodes them (the CPU cost "
+             "stays)." if rereads else ".")
+    ds, rss = (s.get("dataset") or {}).get("bytes"), _peak_process_bytes(s)
+    if ds and rss is not None:
+        text += f" The training process peaked at {fmt_bytes(rss)}; the dataset is {fmt_bytes(ds)}."
+    text += " With a dataset larger than free RAM the disk would stay busy."
+    return "Inference checked: \"after epoch 1 the images are in RAM\"", text
+
+
+def val_inference(s: Summary) -> tuple[str, str] | None:
+    """The seed's inference 1: 'validation passes batches straight from RAM to the GPU'."""
+    va = (s.get("by_phase") or {}).get("val")
+    tr = (s.get("by_phase") or {}).get("train")
+    if not va or not tr:
+        return None
+    lv, lt = va.get("loader_cpu_ms_per_image"), tr.get("loader_cpu_ms_per_image")
+    if lv is not None and lt is not None and lv > 0:
+        cost = (f"the loader still spent {_ms(lv)} of CPU per validation image against {_ms(lt)} "
+                "per training image")
+    elif va.get("workers") == 0 and va.get("data_wait_ms_per_image"):
+        # With workers=0 the wait is the loading itself, done inline by the training process.
+        cost = (f"the training process still spent {_ms(va['data_wait_ms_per_image'])} loading "
+                "each validation image")
+    else:
+        return None
+    text = (f"Half right: {cost}. Validation images are still decoded, resized and normalised on "
+            "the CPU; only the augmentation is skipped.")
+    if (va.get("images_per_s") or 0) > (tr.get("images_per_s") or 0):
+        text += " That is why validation is faster, not because anything skips the CPU."
+    return "Inference checked: \"validation passes batches straight to the GPU\"", text
+
+
+def vram_inference(s: Summary) -> tuple[str, str] | None:
+    mem = s.get("memory") or {}
+    pool = mem.get("preallocated_pool")
+    if not pool:
+        return None
+    text = (f"The {fmt_bytes(pool['pool_bytes'])} is none of the model's needs: {pool['why']}, so "
+            "its size depends on the card's free memory, not on the model. That is why every "
+            f"model takes the same amount. The fix: {pool['fix']}.")
+    if mem.get("model_file_bytes"):
+        text = f"{mem['footprint_line']}. " + text
+    return "Why every model takes the same GPU memory", text
+
+
+def what_to_do(s: Summary) -> tuple[str, str] | None:
+    acts = [f for f in s.get("findings") or [] if f.get("severity") in ("high", "medium")]
+    if not acts:
+        return None
+    lines = []
+    for f in acts[:4]:
+        line = f"{f['title']}. Fix: {f['fix']}."
+        if f.get("expected_gain"):
+            line += f" Expected: {f['expected_gain']}."
+        if f.get("measure"):
+            line += f" ({f['measure']}.)"
+        lines.append(line)
+    return "What to do", " ".join(lines)
+
+
+_ANSWERS: tuple[Callable[[Summary], tuple[str, str] | None], ...] = (
+    headline, train_vs_val, cold_vs_warm, cpu_pattern, gpu_pattern, memory_answer,
+    val_inference, ram_inference, vram_inference, what_to_do,
+)
+
+
+def explain(summary: Summary) -> list[Answer]:
+    """Numbered plain-words answers for a summary (see module doc for the order).
+
+    Examples:
+        >>> answers = explain(load_summary(Path("runs/demo")))
+        >>> answers[0].title
+        'Training was input-bound'
+    """
+    out: list[Answer] = []
+    for make in _ANSWERS:
+        got = make(summary)
+        if got is not None:
+            out.append(Answer(len(out) + 1, got[0], got[1]))
+    return out

@@ -1,0 +1,241 @@
+"""The memory ledger: where the bytes of the training process went, adding up to a measured total.
+
+CPU runs: the total is the training process's RSS at its peak plus each DataLoader worker's USS
+at that moment (USS, not RSS: forked workers share the parent's pages, and RSS would count those
+twice). Items are the measured facts (weights, gradients, optimizer state, activations at peak,
+input batch, the framework's baseline, pinned memory), the batches in flight in ``/dev/shm``
+(host Shmem growth since the start) and every worker's USS; the rest is shown as unattributed.
+
+GPU runs: the total is NVML's per-process used memory at its peak = CUDA context + PyTorch's
+allocator reserved memory + memory outside torch. Inside the allocator: the named tensors, the
+other tensors at the allocation peak (``max_allocated`` − named: temporaries, cuBLAS/cuDNN
+workspaces) and the cached-but-free blocks (reserved − ``max_allocated``). Whatever NVML counts
+beyond context + reserved is unattributed.
+
+TensorFlow and JAX map nearly all free GPU memory at start; when the facts say so (or one
+process holds nearly the whole card), the ledger names the preallocated pool and how to stop it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepscope.analysis.fmt import fmt_bytes
+from stepscope.analysis.samples import SampleCache, Series
+from stepscope.store.records import Fact, ProcessInfo
+
+HOST_UNATTRIBUTED_TARGET_FRAC = 0.10
+GPU_UNATTRIBUTED_TARGET_FRAC = 0.05
+POOL_FRAC_OF_CARD = 0.80  # one process holding ≥ 80 % of the card looks like a preallocated pool
+NEAREST_GAP_S = 5.0
+
+_NAMED_ITEMS = (
+    ("mem.weights_bytes", "weights", "parameters + buffers"),
+    ("mem.gradients_bytes", "gradients", ".grad of trainable parameters"),
+    ("mem.optimizer_bytes", "optimizer state", "optimizer state tensors after the first step"),
+    ("mem.activations_peak_bytes", "activations at peak", "tensors saved for backward at the peak"),
+    ("mem.input_batch_bytes", "input batch", "one input batch as it reaches the model"),
+)
+
+_NAMED_NAMES = {name for _, name, _ in _NAMED_ITEMS}
+
+POOL_FIXES = {
+    "tensorflow": "set TF_FORCE_GPU_ALLOW_GROWTH=true (or tf.config.experimental."
+                  "set_memory_growth(gpu, True)) to see the real need; cap it with "
+                  "set_logical_device_configuration(..., memory_limit=MB)",
+    "jax": "set XLA_PYTHON_CLIENT_PREALLOCATE=false (or lower XLA_PYTHON_CLIENT_MEM_FRACTION)",
+}
+POOL_FIX_WATCH = "`stepscope watch --no-preallocate -- CMD` sets both for you"
+
+
+def _fact_int(facts: dict[str, Fact], key: str) -> int | None:
+    f = facts.get(key)
+    if f is None or f.value is None:
+        return None
+    try:
+        return int(f.value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _item(item: str, n: float, how: str) -> dict[str, Any]:
+    return {"item": item, "bytes": int(n), "how_measured": how}
+
+
+def _named_items(facts: dict[str, Fact]) -> list[dict[str, Any]]:
+    out = []
+    for key, name, default_how in _NAMED_ITEMS:
+        n = _fact_int(facts, key)
+        if n is not None:
+            out.append(_item(name, n, facts[key].how_measured or default_how))
+    return out
+
+
+def _close(total: int | None, items: list[dict[str, Any]], device: str,
+           notes: list[str], target: float) -> dict[str, Any]:
+    """Close the ledger: unattributed = total − items, so the items + rest equal the total."""
+    unattributed = None if total is None else total - sum(i["bytes"] for i in items)
+    frac = unattributed / total if unattributed is not None and total else None
+    if frac is not None and frac > target:
+        notes.append(f"unattributed {frac * 100:.0f} % of the total, above the {target * 100:.0f} % "
+                     "target: some memory has no measured owner")
+    if total is not None and not any(i["item"] in _NAMED_NAMES for i in items):
+        notes.append("no model memory facts were recorded (weights, gradients, activations...): "
+                     "`stepscope train` measures them; a watched or monitored loop may not")
+    if unattributed is not None and unattributed < 0:
+        notes.append("the named items exceed the measured total: they were not all live at the peak")
+    return {"device": device, "total_bytes": total, "ledger": items,
+            "unattributed_bytes": unattributed, "unattributed_frac": frac, "notes": notes}
+
+
+def _worker_uss_at(cache: SampleCache, workers: list[ProcessInfo], t: float) -> list[tuple[int, float]]:
+    out = []
+    for w in workers:
+        # first_t/last_t are sample times, so a worker alive at a sample lies inside them.
+        if w.first_t <= t <= w.last_t:
+            v = cache.get(f"proc:{w.pid}", "uss_bytes").nearest(t, NEAREST_GAP_S)
+            if v is not None:
+                out.append((w.pid, v))
+    return out
+
+
+def _host_peak(cache: SampleCache, main_pid: int | None, workers: list[ProcessInfo]
+               ) -> tuple[float, float, list[tuple[int, float]]] | None:
+    """(t, main RSS, [(worker pid, USS)]) at the moment main RSS + workers' USS peaked."""
+    rss = cache.get(f"proc:{main_pid}", "rss_bytes") if main_pid else Series([], [])
+    if not rss:
+        return None
+    best: tuple[float, float, list[tuple[int, float]]] | None = None
+    best_total = -1.0
+    for t, v in zip(rss.t, rss.v, strict=True):
+        ws = _worker_uss_at(cache, workers, t)
+        total = v + sum(u for _, u in ws)
+        if total > best_total:
+            best, best_total = (t, v, ws), total
+    return best
+
+
+def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[ProcessInfo],
+                facts: dict[str, Fact]) -> dict[str, Any]:
+    """The CPU-side ledger (see module doc)."""
+    workers = [p for p in processes if p.role == "worker"]
+    peak = _host_peak(cache, main_pid, workers)
+    notes: list[str] = []
+    if peak is None:
+        tree = cache.get("tree", "rss_bytes").max()
+        notes.append("no per-process memory samples: total is the process tree's RSS (shared "
+                     "pages counted once per process)" if tree else "no process memory recorded")
+        total = None if tree is None else int(tree)
+        return _close(total, _named_items(facts), "cpu", notes, HOST_UNATTRIBUTED_TARGET_FRAC)
+    t_peak, main_rss, worker_uss = peak
+    items = []
+    base = _fact_int(facts, "mem.runtime_baseline_bytes")
+    if base is not None:
+        items.append(_item("framework/runtime baseline", base, facts["mem.runtime_baseline_bytes"]
+                           .how_measured or "process memory after importing the framework"))
+    items += _named_items(facts)
+    pinned = _fact_int(facts, "mem.pinned_bytes")
+    if pinned:
+        items.append(_item("pinned memory", pinned, facts["mem.pinned_bytes"].how_measured
+                           or "pinned host memory (CUDA caching host allocator)"))
+    shm = cache.get("host", "mem_shmem_bytes")
+    shm_at_peak = shm.nearest(t_peak, NEAREST_GAP_S)
+    if workers and shm and shm_at_peak is not None and shm_at_peak > shm.v[0]:
+        items.append(_item("shared memory for batches", shm_at_peak - shm.v[0],
+                           "host Shmem at the peak − at the start (/dev/shm batches from workers)"))
+    for i, (pid, uss) in enumerate(worker_uss, 1):
+        items.append(_item(f"DataLoader worker {i}", uss, f"USS of worker pid {pid} (smaps_rollup)"))
+    total = int(main_rss + sum(u for _, u in worker_uss))
+    ledger = _close(total, items, "cpu", notes, HOST_UNATTRIBUTED_TARGET_FRAC)
+    ledger["peak_t"] = t_peak
+    ledger["main_rss_bytes"] = int(main_rss)
+    return ledger
+
+
+def _gpu_used_peak(cache: SampleCache, gpu: int, pids: set[int]) -> tuple[float, float] | None:
+    """(t, bytes) of the peak of NVML per-process used memory summed over the run's processes."""
+    prefix = f"gpu{gpu}:proc:"
+    sources = [s for s in cache.sources("mem_used_bytes") if s.startswith(prefix)]
+    if pids:
+        sources = [s for s in sources if s[len(prefix):].isdigit() and int(s[len(prefix):]) in pids]
+    series = [cache.get(s, "mem_used_bytes") for s in sources]
+    series = [s for s in series if s]
+    if not series:
+        return None
+    lead = max(series, key=lambda s: max(s.v))
+    best: tuple[float, float] | None = None
+    for t, v in zip(lead.t, lead.v, strict=True):
+        total = v + sum(s.nearest(t, NEAREST_GAP_S) or 0.0 for s in series if s is not lead)
+        if best is None or total > best[1]:
+            best = (t, total)
+    return best
+
+
+def detect_pool(framework: str | None, used: float, card_total: float | None) -> dict[str, Any] | None:
+    """A preallocated pool: TF/JAX on a GPU, or one process holding nearly the whole card."""
+    fw = (framework or "").lower()
+    near_card = card_total is not None and card_total > 0 and used >= POOL_FRAC_OF_CARD * card_total
+    if fw not in POOL_FIXES and not near_card:
+        return None
+    fix = POOL_FIXES.get(fw, POOL_FIXES["tensorflow"] + "; for JAX " + POOL_FIXES["jax"])
+    why = ("TensorFlow's BFC allocator maps nearly all free GPU memory at start (free − a reserve)"
+           if fw != "jax" else "JAX preallocates 75 % of the GPU's memory at start")
+    return {"framework": fw or None, "pool_bytes": int(used), "gpu_total_bytes": card_total,
+            "why": why, "fix": f"{fix}; {POOL_FIX_WATCH}"}
+
+
+def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fact]) -> dict[str, Any]:
+    """The GPU-side ledger (see module doc)."""
+    device = f"cuda:{gpu}"
+    notes: list[str] = []
+    peak = _gpu_used_peak(cache, gpu, pids)
+    if peak is None:
+        notes.append("no NVML per-process memory samples: the GPU total is unknown")
+        return _close(None, _named_items(facts), device, notes, GPU_UNATTRIBUTED_TARGET_FRAC)
+    t_peak, used = peak
+    fw_fact = facts.get("mem.framework")
+    framework = str(fw_fact.value).lower() if fw_fact and fw_fact.value else None
+    card = cache.get(f"gpu{gpu}", "mem_total_bytes").max()
+    pool = detect_pool(framework, used, card)
+    context = _fact_int(facts, "mem.cuda_context_bytes")
+    items = []
+    if context is not None:
+        items.append(_item("CUDA context", context, facts["mem.cuda_context_bytes"].how_measured
+                           or "NVML per-process used − allocator reserved, at start"))
+    torch_src = f"torch:cuda{gpu}"
+    reserved = cache.get(torch_src, "reserved_bytes").nearest(t_peak, NEAREST_GAP_S)
+    if reserved is not None and framework not in POOL_FIXES:
+        items += _allocator_items(cache, torch_src, reserved, facts)
+    elif pool is not None:
+        items.append(_item("preallocated pool", used - (context or 0),
+                           "NVML per-process used − CUDA context: " + pool["why"]))
+    ledger = _close(int(used), items, device, notes, GPU_UNATTRIBUTED_TARGET_FRAC)
+    ledger["peak_t"] = t_peak
+    ledger["gpu_total_bytes"] = card
+    show_pool = pool is not None and (framework in POOL_FIXES or reserved is None)
+    ledger["preallocated_pool"] = pool if show_pool else None
+    return ledger
+
+
+def _allocator_items(cache: SampleCache, src: str, reserved: float,
+                     facts: dict[str, Fact]) -> list[dict[str, Any]]:
+    named = _named_items(facts)
+    named_sum = sum(i["bytes"] for i in named)
+    max_alloc = cache.get(src, "max_allocated_bytes").max()
+    if max_alloc is None:
+        max_alloc = cache.get(src, "allocated_bytes").max() or 0.0
+    max_alloc = min(max_alloc, reserved)
+    items = list(named)
+    if max_alloc > named_sum:
+        items.append(_item("other tensors at the allocation peak", max_alloc - named_sum,
+                           "max_allocated − the named items: temporaries, cuBLAS/cuDNN workspaces"))
+    items.append(_item("cached but free", max(0.0, reserved - max(max_alloc, named_sum)),
+                       "allocator reserved − max_allocated: blocks PyTorch keeps for reuse"))
+    return items
+
+
+def footprint_line(model_file_bytes: int | None, total_bytes: int | None) -> str | None:
+    """'549 MB model, 6.5 GB used' — the weight file beside the training footprint."""
+    if model_file_bytes is None or total_bytes is None:
+        return None
+    return f"{fmt_bytes(model_file_bytes)} model, {fmt_bytes(total_bytes)} used"

@@ -1,0 +1,234 @@
+"""Per-phase figures: the step split, throughput, I/O deltas, residency, CPU and GPU.
+
+Everything here comes from one phase row, its steps, and the samples inside its time window.
+Step fractions use steady-state steps only (warm-up excluded); when a phase has no steady-state
+step but has warm-up steps, those are used and the phase is flagged ``steady: false``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stepscope.analysis.samples import SampleCache
+from stepscope.analysis.verdicts import (
+    InputEvidence,
+    Verdict,
+    decide_input_cause,
+    decide_verdict,
+)
+from stepscope.store.records import PhaseRecord, ProcessInfo, StepRecord
+
+
+@dataclass
+class StepSplit:
+    """Sums over a set of steps (seconds, images)."""
+
+    steps: int = 0
+    images: int = 0
+    wall_s: float = 0.0
+    data_wait_s: float = 0.0
+    transfer_s: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    other_s: float = 0.0
+
+    def add(self, s: StepRecord) -> None:
+        self.steps += 1
+        self.images += s.images
+        self.wall_s += s.wall_s
+        self.data_wait_s += s.data_wait_s
+        self.transfer_s += s.transfer_s
+        self.compute_s += s.compute_s
+        self.comm_s += s.comm_s
+        self.other_s += s.other_s
+
+    def merge(self, other: StepSplit) -> None:
+        for name in vars(self):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def frac(self, seconds: float) -> float | None:
+        return seconds / self.wall_s if self.wall_s > 0 else None
+
+    def per_step(self, seconds: float) -> float | None:
+        return seconds / self.steps if self.steps else None
+
+    def per_image(self, seconds: float) -> float | None:
+        return seconds / self.images if self.images else None
+
+
+def steady_split(steps: list[StepRecord]) -> tuple[StepSplit, bool]:
+    """The split over steady-state steps; falls back to all steps (``False``) if none is steady."""
+    split = StepSplit()
+    for s in steps:
+        if not s.warmup:
+            split.add(s)
+    if split.steps or not steps:
+        return split, bool(split.steps)
+    for s in steps:
+        split.add(s)
+    return split, False
+
+
+def split_fields(split: StepSplit) -> dict[str, Any]:
+    """The step split as summary keys: fractions, ms per step and ms per image."""
+    compute_s = split.compute_s + split.comm_s
+    out: dict[str, Any] = {
+        "data_wait_frac": split.frac(split.data_wait_s),
+        "transfer_frac": split.frac(split.transfer_s),
+        "compute_frac": split.frac(compute_s),
+        "comm_frac": split.frac(split.comm_s),
+        "other_frac": split.frac(split.other_s),
+    }
+    for name, sec in (("step", split.wall_s), ("data_wait", split.data_wait_s),
+                      ("transfer", split.transfer_s), ("compute", compute_s),
+                      ("other", split.other_s)):
+        v = split.per_step(sec)
+        out[f"{name}_ms_per_step"] = None if v is None else v * 1000.0
+    for name, sec in (("data_wait", split.data_wait_s), ("compute", compute_s),
+                      ("step", split.wall_s)):
+        v = split.per_image(sec)
+        out[f"{name}_ms_per_image"] = None if v is None else v * 1000.0
+    return out
+
+
+def _delta(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else max(0, b - a)
+
+
+def _overlaps(p: ProcessInfo, t0: float, t1: float) -> bool:
+    return p.first_t <= t1 and p.last_t >= t0
+
+
+def _process_cpu(cache: SampleCache, pid: int, t0: float, t1: float) -> float | None:
+    return cache.mean(f"proc:{pid}", "cpu_util_pct", t0, t1)
+
+
+def _disk_wait_frac(cache: SampleCache, pids: list[int], t0: float, t1: float) -> float | None:
+    """Share of (process, sample) pairs where a loading process was in uninterruptible sleep."""
+    vals: list[float] = []
+    for pid in pids:
+        vals += cache.get(f"proc:{pid}", "disk_wait").window(t0, t1)
+    return sum(vals) / len(vals) if vals else None
+
+
+def _disk_busy(cache: SampleCache, t0: float, t1: float) -> float | None:
+    means = [m for src in cache.sources("busy_pct") if src.startswith("disk:")
+             if (m := cache.mean(src, "busy_pct", t0, t1)) is not None]
+    return max(means) if means else None
+
+
+def _gpu_util(cache: SampleCache, gpu: int, t0: float, t1: float) -> float | None:
+    return cache.mean(f"gpu{gpu}", "util_pct", t0, t1)
+
+
+@dataclass
+class PhaseContext:
+    """What every phase computation needs besides its own rows."""
+
+    cache: SampleCache
+    processes: list[ProcessInfo]
+    main_pid: int | None
+    gpu_index: int | None
+
+
+def phase_window(ph: PhaseRecord, steps: list[StepRecord]) -> tuple[float, float]:
+    """Start and end of a phase (end from the last step when the phase row was never closed)."""
+    end = ph.ended
+    if end is None:
+        # Step t_start may come from a monotonic clock; only durations are comparable here.
+        end = ph.started + sum(s.wall_s for s in steps)
+    return ph.started, end
+
+
+def _worker_figures(
+    ctx: PhaseContext, t0: float, t1: float, images: int
+) -> tuple[list[int], list[float], float | None]:
+    """Workers alive in the window, each one's mean CPU %, and loader CPU ms per image."""
+    pids = [p.pid for p in ctx.processes if p.role == "worker" and _overlaps(p, t0, t1)]
+    cpu: list[float] = []
+    cpu_s = 0.0
+    for p in ctx.processes:
+        if p.pid not in pids:
+            continue
+        m = _process_cpu(ctx.cache, p.pid, t0, t1)
+        if m is None:
+            continue
+        cpu.append(m)
+        alive_s = min(t1, p.last_t) - max(t0, p.first_t)
+        cpu_s += m / 100.0 * max(0.0, alive_s)
+    per_image = cpu_s / images * 1000.0 if cpu and images else None
+    return pids, cpu, per_image
+
+
+def _input_evidence(ph: PhaseRecord, ctx: PhaseContext, t0: float, t1: float,
+                    images: int) -> tuple[InputEvidence, float | None]:
+    """What the samples say about the loader in this window, and loader CPU ms per image."""
+    worker_pids, worker_cpu, loader_ms = _worker_figures(ctx, t0, t1, images)
+    workers = ph.workers if ph.workers is not None else len(worker_pids)
+    main_cpu = None if ctx.main_pid is None else _process_cpu(ctx.cache, ctx.main_pid, t0, t1)
+    loader_pids = worker_pids if workers > 0 else ([ctx.main_pid] if ctx.main_pid else [])
+    ev = InputEvidence(
+        workers=workers, worker_cpu_pct=worker_cpu, main_cpu_pct=main_cpu,
+        host_cpu_pct=ctx.cache.mean("host", "cpu_util_pct", t0, t1),
+        disk_read_bytes=_delta(ph.read_bytes_start, ph.read_bytes_end),
+        rchar_bytes=_delta(ph.rchar_start, ph.rchar_end),
+        resident_frac_start=ph.resident_frac_start,
+        psi_io_some_pct=ctx.cache.mean("host", "psi_io_some_pct", t0, t1),
+        disk_wait_frac=_disk_wait_frac(ctx.cache, loader_pids, t0, t1),
+        disk_busy_pct=_disk_busy(ctx.cache, t0, t1),
+    )
+    return ev, loader_ms
+
+
+def _phase_verdict(split: StepSplit, steady: bool, fields: dict[str, Any]) -> Verdict:
+    verdict = decide_verdict(fields["data_wait_frac"], fields["transfer_frac"],
+                             fields["other_frac"], split.steps)
+    if not steady and split.steps:
+        verdict = Verdict(verdict.verdict, True,
+                          "insufficient steps: only warm-up steps were timed in this phase")
+    return verdict
+
+
+def _io_fields(ev: InputEvidence, seconds: float) -> dict[str, Any]:
+    disk, rchar = ev.disk_read_bytes, ev.rchar_bytes
+    return {
+        "disk_read_bytes": disk,
+        "cache_read_bytes": None if disk is None or rchar is None else max(0, rchar - disk),
+        "rchar_bytes": rchar,
+        "disk_read_rate_bytes_per_s": disk / seconds if disk is not None and seconds else None,
+    }
+
+
+def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext) -> dict[str, Any]:
+    """One entry of ``summary["phases"]`` (DESIGN.md keys plus the evidence behind them)."""
+    t0, t1 = phase_window(ph, steps)
+    seconds = max(0.0, t1 - t0)
+    split, steady = steady_split(steps)
+    images = ph.images or sum(s.images for s in steps)
+    ev, loader_ms = _input_evidence(ph, ctx, t0, t1, images)
+    fields = split_fields(split)
+    verdict = _phase_verdict(split, steady, fields)
+    cause = decide_input_cause(ev) if verdict.verdict == "input-bound" else None
+    return {
+        "phase_id": ph.phase_id, "epoch": ph.epoch, "phase": ph.phase, "rank": ph.rank,
+        "started": t0, "ended": t1,
+        "steps": ph.steps or len(steps), "steady_steps": split.steps if steady else 0,
+        "warmup_steps": sum(1 for s in steps if s.warmup),
+        "images": images, "seconds": seconds,
+        "images_per_s": images / seconds if seconds > 0 else None,
+        **fields,
+        "verdict": verdict.verdict, "verdict_weak": verdict.weak, "verdict_note": verdict.note,
+        "input_cause": cause.cause if cause else None,
+        "input_evidence": cause.evidence if cause else [],
+        **_io_fields(ev, seconds),
+        "dataset_resident_frac_start": ph.resident_frac_start,
+        "dataset_resident_frac_end": ph.resident_frac_end,
+        "cpu_util_pct": ev.host_cpu_pct,
+        "cpu_util_max_pct": ctx.cache.get("host", "cpu_util_pct").max(t0, t1),
+        "main_cpu_pct": ev.main_cpu_pct, "workers": ev.workers,
+        "worker_cpu_pct": ev.worker_cpu_pct, "loader_cpu_ms_per_image": loader_ms,
+        "psi_io_some_pct": ev.psi_io_some_pct, "disk_wait_frac": ev.disk_wait_frac,
+        "disk_busy_pct": ev.disk_busy_pct,
+        "gpu_util_pct": None if ctx.gpu_index is None else _gpu_util(ctx.cache, ctx.gpu_index, t0, t1),
+    }

@@ -1,0 +1,340 @@
+"""``summary.json``: the whole diagnosis of one run as plain data (schema_version 1).
+
+The DESIGN.md contract keys (``run``, ``phases``, ``memory``, ``findings``, ``ranks``,
+``monitor_overhead_frac``) are always present; the extra keys (``by_phase``, ``epochs``,
+``host_memory``, ``dataset``, ``model``, ``host``, ``checkpoints``, ``notes``) carry the
+evidence that ``explain`` and the report quote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from stepscope.analysis.findings import build_findings
+from stepscope.analysis.memory import footprint_line, gpu_ledger, host_ledger
+from stepscope.analysis.phases import (
+    PhaseContext,
+    StepSplit,
+    phase_window,
+    split_fields,
+    steady_split,
+    summarize_phase,
+)
+from stepscope.analysis.samples import SampleCache
+from stepscope.analysis.verdicts import decide_verdict
+from stepscope.store.db import RunReader
+from stepscope.store.records import Fact, PhaseRecord, RunInfo, StepRecord
+
+SCHEMA_VERSION = 1
+SUMMARY_NAME = "summary.json"
+STRAGGLER_FRAC = 0.9  # a rank below 90 % of the median throughput holds the others back
+
+
+def _fact(facts: dict[str, Fact], key: str) -> Any:
+    f = facts.get(key)
+    return None if f is None else f.value
+
+
+def _gpu_index(device: str, cache: SampleCache, pids: set[int]) -> int | None:
+    """The GPU the run used: from ``cuda:N``, else the first GPU holding one of its processes."""
+    m = re.match(r"(?:cuda|gpu)(?::(\d+))?", device or "")
+    if m:
+        return int(m.group(1) or 0)
+    for src in cache.sources("mem_used_bytes"):
+        pm = re.fullmatch(r"gpu(\d+):proc:(\d+)", src)
+        if pm and int(pm.group(2)) in pids and (cache.get(src, "mem_used_bytes").max() or 0) > 0:
+            return int(pm.group(1))
+    return None
+
+
+def _cores(facts: dict[str, Fact], cache: SampleCache) -> float | None:
+    for key in ("env.cpu_quota_cores", "env.cpu_count"):
+        v = _fact(facts, key)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    n = sum(1 for s in cache.sources("cpu_util_pct") if re.fullmatch(r"cpu\d+", s))
+    return float(n) if n else None
+
+
+def _run_section(run: RunInfo, cache: SampleCache) -> dict[str, Any]:
+    ended = run.ended
+    if ended is None:
+        rng = cache.get("host", "cpu_util_pct")
+        ended = rng.t[-1] if rng else None
+    return {
+        "name": run.name, "status": run.status, "device": run.device, "command": run.command,
+        "started": run.started, "ended": run.ended, "kind": run.kind,
+        "seconds": None if ended is None else max(0.0, ended - run.started),
+        "world_size": run.world_size, "rank": run.rank, "exit_code": run.exit_code,
+    }
+
+
+def _assign_checkpoints(phases: list[dict[str, Any]], cache: SampleCache) -> dict[str, Any]:
+    """Give each checkpoint write to the phase running (or last ended) when it was recorded."""
+    ck = cache.get("trainer", "checkpoint_write_s")
+    for ph in phases:
+        ph["checkpoint_write_s"] = None
+    for t, v in zip(ck.t, ck.v, strict=True):
+        owner = None
+        for ph in phases:
+            if ph["started"] <= t:
+                owner = ph
+        if owner is not None:
+            owner["checkpoint_write_s"] = (owner["checkpoint_write_s"] or 0.0) + v
+    return {"writes": len(ck.v), "total_s": sum(ck.v),
+            "max_s": max(ck.v) if ck.v else None,
+            "mean_s": sum(ck.v) / len(ck.v) if ck.v else None}
+
+
+def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
+                         steps_by_phase: dict[int, list[StepRecord]]) -> dict[str, Any] | None:
+    """Train (or val) over all epochs: one steady-state split, verdict and dominant cause."""
+    rows = [p for p in phases if p["phase"] == kind]
+    if not rows:
+        return None
+    split = StepSplit()
+    for p in rows:
+        s, steady = steady_split(steps_by_phase.get(p["phase_id"], []))
+        if steady:
+            split.merge(s)
+    fields = split_fields(split)
+    v = decide_verdict(fields["data_wait_frac"], fields["transfer_frac"], fields["other_frac"],
+                       split.steps)
+    seconds = sum(p["seconds"] for p in rows)
+    images = sum(p["images"] for p in rows)
+    causes: dict[str, float] = {}
+    for p in rows:
+        if p["input_cause"]:
+            causes[p["input_cause"]] = causes.get(p["input_cause"], 0.0) + p["seconds"]
+    cause = max(causes, key=causes.__getitem__) if v.verdict == "input-bound" and causes else None
+    evidence: list[str] = next((p["input_evidence"] for p in sorted(rows, key=lambda r: -r["seconds"])
+                     if p["input_cause"] == cause), []) if cause else []
+    return {
+        "phase": kind, "phases": len(rows), "steady_steps": split.steps, "images": images,
+        "seconds": seconds, "images_per_s": images / seconds if seconds > 0 else None,
+        **fields, "verdict": v.verdict, "verdict_weak": v.weak, "verdict_note": v.note,
+        "input_cause": cause, "input_evidence": evidence,
+        "cpu_util_pct": _weighted(rows, "cpu_util_pct"), "gpu_util_pct": _weighted(rows, "gpu_util_pct"),
+        "loader_cpu_ms_per_image": _weighted(rows, "loader_cpu_ms_per_image"),
+        "workers": rows[-1]["workers"],
+    }
+
+
+def _weighted(rows: list[dict[str, Any]], key: str) -> float | None:
+    """Seconds-weighted mean of a per-phase figure over the phases that have it."""
+    pairs = [(r[key], r["seconds"]) for r in rows if r.get(key) is not None]
+    w = sum(s for _, s in pairs)
+    if not pairs:
+        return None
+    return sum(v * s for v, s in pairs) / w if w > 0 else sum(v for v, _ in pairs) / len(pairs)
+
+
+def _epochs(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for p in phases:
+        e = out.setdefault(p["epoch"], {"epoch": p["epoch"], "seconds": 0.0, "images": 0,
+                                        "disk_read_bytes": None, "cache_read_bytes": None,
+                                        "rchar_bytes": None, "checkpoint_write_s": None})
+        e["seconds"] += p["seconds"]
+        e["images"] += p["images"]
+        for key in ("disk_read_bytes", "cache_read_bytes", "rchar_bytes", "checkpoint_write_s"):
+            if p.get(key) is not None:
+                e[key] = (e[key] or 0) + p[key]
+    return [out[k] for k in sorted(out)]
+
+
+def aggregate_ranks(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-rank throughput and data wait; empty for single-process runs.
+
+    A straggler runs below ``STRAGGLER_FRAC`` of the median rank's images/s; its cause is
+    ``input`` when it waits for data clearly more than the median rank, else ``compute``.
+    """
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for p in phases:
+        by_rank.setdefault(int(p.get("rank") or 0), []).append(p)
+    if len(by_rank) < 2:
+        return []
+    rows = []
+    for rank, ps in sorted(by_rank.items()):
+        sec = sum(p["seconds"] for p in ps)
+        rows.append({"rank": rank,
+                     "images_per_s": sum(p["images"] for p in ps) / sec if sec > 0 else None,
+                     "data_wait_frac": _weighted(ps, "data_wait_frac")})
+    rates = sorted(r["images_per_s"] for r in rows if r["images_per_s"] is not None)
+    waits = sorted(r["data_wait_frac"] for r in rows if r["data_wait_frac"] is not None)
+    med_rate = rates[len(rates) // 2] if rates else None
+    med_wait = waits[len(waits) // 2] if waits else 0.0
+    for r in rows:
+        slow = med_rate is not None and r["images_per_s"] is not None and \
+            r["images_per_s"] < STRAGGLER_FRAC * med_rate
+        r["straggler"] = bool(slow)
+        r["cause"] = None if not slow else (
+            "input" if (r["data_wait_frac"] or 0.0) > med_wait + 0.1 else "compute")
+    return rows
+
+
+def monitor_overhead(facts: dict[str, Fact], cache: SampleCache, run_s: float | None,
+                     cores: float | None) -> float | None:
+    """The sampler's CPU time over the machine's CPU time during the run (None if unknown)."""
+    if not run_s or not cores:
+        return None
+    cpu_s = _fact(facts, "monitor.cpu_s")
+    if isinstance(cpu_s, (int, float)):
+        return float(cpu_s) / (run_s * cores)
+    pct = cache.get("monitor", "cpu_util_pct").mean()
+    return None if pct is None else pct / 100.0 / cores
+
+
+def _main_pid(run: RunInfo, reader: RunReader) -> int | None:
+    mains = [p.pid for p in reader.processes() if p.role == "main"]
+    return mains[0] if mains else (run.pid or None)
+
+
+def _summarize_phases(reader: RunReader, ctx: PhaseContext, rank: int
+                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, list[StepRecord]]]:
+    """(phases of this run's rank, phases of every rank, steps by phase id)."""
+    steps_by_phase: dict[int, list[StepRecord]] = {}
+    for s in reader.steps():
+        steps_by_phase.setdefault(s.phase_id, []).append(s)
+    every: list[dict[str, Any]] = []
+    records: list[PhaseRecord] = reader.phases()
+    for ph in records:
+        every.append(summarize_phase(ph, steps_by_phase.get(ph.phase_id, []), ctx))
+    mine = [p for p in every if (p["rank"] or 0) == rank]
+    return mine, every, steps_by_phase
+
+
+def _facts_sections(facts: dict[str, Fact], cache: SampleCache, cores: float | None
+                    ) -> dict[str, Any]:
+    mem_total = cache.get("host", "mem_total_bytes").max()
+    return {
+        "dataset": {"files": _fact(facts, "dataset.files"), "bytes": _fact(facts, "dataset.bytes"),
+                    "residency_sample_files": _fact(facts, "dataset.residency_sample_files")},
+        "model": {"name": _fact(facts, "model.name"), "params": _fact(facts, "model.params"),
+                  "trainable_params": _fact(facts, "model.trainable_params"),
+                  "file_bytes": _fact(facts, "model.file_bytes"),
+                  "framework": _fact(facts, "mem.framework")},
+        "host": {"cores": cores, "mem_total_bytes": mem_total,
+                 "mem_available_min_bytes": cache.get("host", "mem_available_bytes").min(),
+                 "bf16": _fact(facts, "env.bf16")},
+    }
+
+
+def _memory(cache: SampleCache, reader: RunReader, main_pid: int | None, gpu: int | None,
+            facts: dict[str, Fact], is_gpu_run: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    processes = reader.processes()
+    host = host_ledger(cache, main_pid, processes, facts)
+    if not is_gpu_run or gpu is None:
+        device, host_extra = host, None
+    else:
+        pids = {p.pid for p in processes} | ({main_pid} if main_pid else set())
+        device, host_extra = gpu_ledger(cache, gpu, pids, facts), host
+    model_file = _fact(facts, "model.file_bytes")
+    device["model_file_bytes"] = model_file
+    device["footprint_line"] = footprint_line(model_file, device["total_bytes"])
+    device.setdefault("preallocated_pool", None)
+    return device, host_extra
+
+
+def build_summary(reader: RunReader) -> dict[str, Any]:
+    """The diagnosis of one run as a JSON-ready dict (DESIGN.md ``summary.json``, schema 1).
+
+    Examples:
+        >>> with RunReader(Path("runs/demo")) as r:
+        ...     s = build_summary(r)
+        >>> s["phases"][0]["verdict"]
+        'input-bound'
+    """
+    run = reader.run()
+    facts = reader.facts()
+    cache = SampleCache(reader)
+    main_pid = _main_pid(run, reader)
+    pids = {p.pid for p in reader.processes()} | ({main_pid} if main_pid else set())
+    gpu = _gpu_index(run.device, cache, pids)
+    is_gpu_run = gpu is not None
+    ctx = PhaseContext(cache=cache, processes=reader.processes(), main_pid=main_pid,
+                       gpu_index=gpu)
+    phases, every, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
+    checkpoints = _assign_checkpoints(phases, cache)
+    cores = _cores(facts, cache)
+    run_section = _run_section(run, cache)
+    memory, host_memory = _memory(cache, reader, main_pid, gpu, facts, is_gpu_run)
+    notes = [f"{n.source}: {n.text}" for n in reader.notes()]
+    if not any(p["steps"] for p in phases):
+        notes.append("no training steps were recorded (a script without a supported loop, or "
+                     "no phases marked): only system-level figures are available")
+    summary: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "run": run_section,
+        "phases": phases,
+        "by_phase": {k: agg for k in ("train", "val")
+                     if (agg := aggregate_phase_kind(k, phases, steps_by_phase)) is not None},
+        "epochs": _epochs(phases),
+        "memory": memory,
+        "host_memory": host_memory,
+        "checkpoints": checkpoints,
+        **_facts_sections(facts, cache, cores),
+        "system": _system_section(cache, run_section),
+        "ranks": aggregate_ranks(every),
+        "monitor_overhead_frac": monitor_overhead(facts, cache, run_section["seconds"], cores),
+        "notes": notes,
+    }
+    summary["findings"] = build_findings(summary)
+    return summary
+
+
+def _system_section(cache: SampleCache, run: dict[str, Any]) -> dict[str, Any]:
+    """Whole-run system figures: what a watch without steps can still say."""
+    disks = [s for s in cache.sources("read_bytes_per_s") if s.startswith("disk:")]
+    return {
+        "cpu_util_pct": cache.get("host", "cpu_util_pct").mean(),
+        "cpu_util_max_pct": cache.get("host", "cpu_util_pct").max(),
+        "tree_cpu_util_pct": cache.get("tree", "cpu_util_pct").mean(),
+        "tree_rss_max_bytes": cache.get("tree", "rss_bytes").max(),
+        "tree_read_bytes": _last_minus_first(cache, "tree", "read_bytes"),
+        "tree_rchar_bytes": _last_minus_first(cache, "tree", "rchar_bytes"),
+        "disk_busy_max_pct": max((cache.get(d, "busy_pct").max() or 0.0 for d in disks),
+                                 default=None),
+        "psi_io_some_pct": cache.get("host", "psi_io_some_pct").mean(),
+        "gpu_util_pct": cache.get("gpu0", "util_pct").mean(),
+    }
+
+
+def _last_minus_first(cache: SampleCache, source: str, metric: str) -> float | None:
+    s = cache.get(source, metric)
+    return s.v[-1] - s.v[0] if s else None
+
+
+def write_summary(run_dir: Path) -> dict[str, Any]:
+    """Build the summary from ``run_dir/run.db`` and write ``run_dir/summary.json`` atomically.
+
+    Examples:
+        >>> s = write_summary(Path("runs/demo"))
+        >>> (Path("runs/demo") / "summary.json").is_file()
+        True
+    """
+    run_dir = Path(run_dir)
+    with RunReader(run_dir) as reader:
+        summary = build_summary(reader)
+    target = run_dir / SUMMARY_NAME
+    tmp = target.with_name(f".{SUMMARY_NAME}.{os.getpid()}.tmp")
+    # Write-then-rename: a reader (the live report, `compare`) never sees half a file.
+    tmp.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, target)
+    return summary
+
+
+def _json_default(o: object) -> Any:
+    return str(o)
+
+
+def load_summary(run_dir: Path) -> dict[str, Any]:
+    """Read ``summary.json`` back (the CLI's ``explain`` and ``compare`` use it)."""
+    return dict(json.loads((Path(run_dir) / SUMMARY_NAME).read_text()))
+
+
+__all__ = ["aggregate_ranks", "build_summary", "load_summary", "phase_window", "write_summary"]

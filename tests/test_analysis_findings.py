@@ -1,0 +1,83 @@
+"""Findings: evidence, fix and a gain computed from the measured split."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stepscope.analysis.findings import build_findings, input_finding, speedup_without
+
+
+def _agg(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "phase": "train", "verdict": "input-bound", "input_cause": "workers",
+        "input_evidence": ["1 workers, not saturated"], "workers": 0,
+        "data_wait_frac": 0.62, "transfer_frac": 0.01, "compute_frac": 0.35, "other_frac": 0.02,
+        "step_ms_per_step": 250.0, "data_wait_ms_per_step": 155.0, "transfer_ms_per_step": 2.5,
+        "compute_ms_per_step": 87.5, "other_ms_per_step": 5.0, "cpu_util_pct": 50.0,
+        "gpu_util_pct": None, "images_per_s": 32.0,
+    }
+    base.update(kw)
+    return base
+
+
+def test_speedup_from_the_split() -> None:
+    assert speedup_without(0.5) == pytest.approx(2.0)
+    assert speedup_without(0.62, 0.10) == pytest.approx(0.9 / 0.38)
+
+
+def test_input_finding_gives_evidence_fix_and_the_issue_example_gain() -> None:
+    f = input_finding(_agg(), cores=2)
+    assert f is not None and f["severity"] == "high"
+    assert "62 %" in f["evidence"] and "250 ms" in f["evidence"]
+    assert "workers 0 → 2" in f["fix"]
+    assert f["expected_gain"].startswith("workers 0 → 2: data wait 62 % → ≤ 10 %, ~2.4× faster")
+    assert "stepscope tune" in f["measure"]
+
+
+def test_cpu_cause_with_busy_cores_suggests_cheaper_augmentation() -> None:
+    f = input_finding(_agg(input_cause="cpu", workers=2, cpu_util_pct=97.0), cores=2)
+    assert f is not None and "augmentation" in f["fix"] and "raise DataLoader workers" not in f["fix"]
+
+
+def test_moderate_wait_in_a_compute_bound_phase_is_a_low_finding() -> None:
+    f = input_finding(_agg(verdict="compute-bound", data_wait_frac=0.08), cores=2)
+    assert f is not None and f["severity"] == "low"
+    assert input_finding(_agg(verdict="compute-bound", data_wait_frac=0.01), cores=2) is None
+
+
+def test_gpu_utilisation_finding_says_what_nvml_means() -> None:
+    s = {"by_phase": {"train": _agg(gpu_util_pct=30.0), "val": _agg(phase="val", gpu_util_pct=70.0)}}
+    ids = {f["id"]: f for f in build_findings(s)}
+    assert "at least one kernel was running" in ids["gpu_util_low"]["evidence"]
+    high = build_findings({"by_phase": {"train": _agg(verdict="compute-bound",
+                                                      data_wait_frac=0.01, gpu_util_pct=97.0)}})
+    assert any(f["id"] == "gpu_util_high" for f in high)
+
+
+def test_other_verdicts_get_their_own_fixes() -> None:
+    t = build_findings({"by_phase": {"train": _agg(verdict="transfer-bound", data_wait_frac=0.0,
+                                                   transfer_frac=0.3)}})
+    assert t[0]["id"] == "transfer_bound_train" and "pin_memory" in t[0]["fix"]
+    o = build_findings({"by_phase": {"train": _agg(verdict="overhead-bound", data_wait_frac=0.0,
+                                                   other_frac=0.3)}})
+    assert o[0]["id"] == "overhead_bound_train" and ".item()" in o[0]["fix"]
+
+
+def test_findings_are_sorted_by_severity_and_keep_the_contract_keys() -> None:
+    s = {"by_phase": {"train": _agg()}, "phases": [],
+         "dataset": {"bytes": 20e9}, "host": {"mem_available_min_bytes": 8e9, "cores": 2}}
+    fs = build_findings(s)
+    order = ["high", "medium", "low", "info"]
+    assert [order.index(f["severity"]) for f in fs] == sorted(order.index(f["severity"]) for f in fs)
+    assert {"dataset_exceeds_ram", "no_steps"} <= {f["id"] for f in fs}
+    for f in fs:
+        assert {"id", "severity", "title", "evidence", "fix", "expected_gain"} <= set(f)
+
+
+def test_gain_is_capped_and_weak_verdicts_are_low() -> None:
+    f = input_finding(_agg(data_wait_frac=0.99, verdict_weak=True,
+                           verdict_note="insufficient steps: 8 steady-state steps"), cores=2)
+    assert f is not None and "over 10× faster" in f["expected_gain"]
+    assert f["severity"] == "low" and "few steps" in f["title"]

@@ -1,0 +1,101 @@
+"""The memory ledger adds up: items + unattributed == the measured total."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepscope.analysis.memory import detect_pool, footprint_line
+from stepscope.analysis.summary import build_summary
+from stepscope.store.db import RunReader
+from tests.analysis_runs import CPU_FACTS, PhaseSpec, RunSpec, make_run
+
+
+def _summary(tmp_path: Path, run: RunSpec) -> dict[str, Any]:
+    make_run(tmp_path, run)
+    with RunReader(tmp_path) as r:
+        return build_summary(r)
+
+
+def _adds_up(mem: dict[str, Any]) -> None:
+    assert sum(i["bytes"] for i in mem["ledger"]) + mem["unattributed_bytes"] == mem["total_bytes"]
+    assert all(i["how_measured"] for i in mem["ledger"])
+
+
+def test_cpu_ledger_adds_up_and_names_each_worker(tmp_path: Path) -> None:
+    s = _summary(tmp_path, RunSpec([PhaseSpec(1, workers=2), PhaseSpec(1, "val", workers=2)],
+                                   facts=dict(CPU_FACTS)))
+    mem = s["memory"]
+    assert mem["device"] == "cpu"
+    _adds_up(mem)
+    items = {i["item"]: i["bytes"] for i in mem["ledger"]}
+    assert items["weights"] == 14_000_000
+    assert items["activations at peak"] == 180_000_000
+    assert items["framework/runtime baseline"] == 1_100_000_000
+    assert items["shared memory for batches"] == 30_000_000
+    workers = [k for k in items if k.startswith("DataLoader worker")]
+    assert len(workers) == 2  # only the workers alive at the peak, not every epoch's
+    assert mem["total_bytes"] == pytest.approx(mem["main_rss_bytes"] + 2e8, abs=1)
+    assert 0 <= mem["unattributed_frac"] <= 0.10
+    assert mem["footprint_line"] == "14 MB model, 1.6 GB used"
+
+
+def test_gpu_ledger_with_torch_allocator_adds_up(tmp_path: Path) -> None:
+    facts = dict(CPU_FACTS, **{"mem.cuda_context_bytes": 400_000_000,
+                               "mem.activations_peak_bytes": 900_000_000})
+    run = RunSpec([PhaseSpec(1, gpu_util_pct=80)], facts=facts, device="cuda:0",
+                  gpu_proc_used_bytes=2.5e9, torch_reserved_bytes=2.0e9,
+                  torch_max_allocated_bytes=1.2e9)
+    mem = _summary(tmp_path, run)["memory"]
+    assert mem["device"] == "cuda:0" and mem["total_bytes"] == 2_500_000_000
+    _adds_up(mem)
+    items = {i["item"]: i["bytes"] for i in mem["ledger"]}
+    assert items["CUDA context"] == 400_000_000
+    assert items["cached but free"] == 800_000_000
+    named = sum(items[k] for k in ("weights", "gradients", "optimizer state",
+                                   "activations at peak", "input batch"))
+    assert items["other tensors at the allocation peak"] == 1_200_000_000 - named
+    assert mem["unattributed_bytes"] == 100_000_000  # outside context + reserved
+    assert mem["unattributed_frac"] <= 0.05
+    assert mem["preallocated_pool"] is None
+
+
+def test_gpu_ledger_names_a_tensorflow_preallocated_pool(tmp_path: Path) -> None:
+    facts = {"mem.framework": "tensorflow", "mem.cuda_context_bytes": 300_000_000,
+             "model.file_bytes": 549_000_000}
+    run = RunSpec([PhaseSpec(1, gpu_util_pct=30)], facts=facts, device="cuda:0",
+                  gpu_proc_used_bytes=6.5e9, gpu_total_bytes=8e9)
+    s = _summary(tmp_path, run)
+    mem = s["memory"]
+    _adds_up(mem)
+    assert mem["unattributed_bytes"] == 0
+    pool = mem["preallocated_pool"]
+    assert pool["framework"] == "tensorflow" and pool["pool_bytes"] == 6_500_000_000
+    assert "TF_FORCE_GPU_ALLOW_GROWTH=true" in pool["fix"]
+    assert "--no-preallocate" in pool["fix"]
+    assert mem["footprint_line"] == "549 MB model, 6.5 GB used"
+    assert s["host_memory"]["device"] == "cpu"
+    assert any(f["id"] == "gpu_preallocated_pool" for f in s["findings"])
+
+
+def test_pool_detection_by_framework_or_card_share() -> None:
+    jax = detect_pool("jax", 6e9, 8e9)
+    assert jax is not None and "XLA_PYTHON_CLIENT_PREALLOCATE=false" in jax["fix"]
+    unknown = detect_pool(None, 7.5e9, 8e9)
+    assert unknown is not None
+    assert detect_pool("torch", 2e9, 8e9) is None
+    assert detect_pool(None, 2e9, 8e9) is None
+
+
+def test_missing_memory_samples_give_an_unknown_total_with_a_note(tmp_path: Path) -> None:
+    run = RunSpec([PhaseSpec(1)], device="cuda:0")
+    mem = _summary(tmp_path, run)["memory"]
+    assert mem["total_bytes"] is None and mem["unattributed_bytes"] is None
+    assert mem["notes"]
+
+
+def test_footprint_line() -> None:
+    assert footprint_line(549_000_000, 6_500_000_000) == "549 MB model, 6.5 GB used"
+    assert footprint_line(None, 1) is None

@@ -1,0 +1,82 @@
+"""Verdict and input-cause rules (pure: no store)."""
+
+from __future__ import annotations
+
+from stepscope.analysis.verdicts import (
+    MIN_STEADY_STEPS,
+    InputEvidence,
+    decide_input_cause,
+    decide_verdict,
+)
+
+
+def test_each_verdict_from_the_split() -> None:
+    assert decide_verdict(0.62, 0.01, 0.02, 100).verdict == "input-bound"
+    assert decide_verdict(0.03, 0.30, 0.02, 100).verdict == "transfer-bound"
+    assert decide_verdict(0.03, 0.01, 0.25, 100).verdict == "overhead-bound"
+    assert decide_verdict(0.10, 0.05, 0.05, 100).verdict == "compute-bound"
+
+
+def test_threshold_is_twenty_percent_and_largest_part_wins() -> None:
+    assert decide_verdict(0.19, 0.0, 0.0, 100).verdict == "compute-bound"
+    assert decide_verdict(0.20, 0.0, 0.0, 100).verdict == "input-bound"
+    assert decide_verdict(0.25, 0.0, 0.40, 100).verdict == "overhead-bound"
+
+
+def test_few_steady_steps_give_a_weak_verdict_with_the_reason() -> None:
+    v = decide_verdict(0.62, 0.0, 0.0, MIN_STEADY_STEPS - 1)
+    assert v.verdict == "input-bound" and v.weak
+    assert v.note is not None and "insufficient steps" in v.note
+    assert not decide_verdict(0.62, 0.0, 0.0, MIN_STEADY_STEPS).weak
+    none = decide_verdict(None, None, None, 0)
+    assert none.verdict is None and none.weak
+
+
+def test_saturated_workers_mean_cpu() -> None:
+    c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[98.0, 96.0],
+                                         host_cpu_pct=70.0))
+    assert c.cause == "cpu"
+    assert any("98 %" in line for line in c.evidence)
+
+
+def test_all_cores_busy_mean_cpu_even_with_idle_looking_workers() -> None:
+    c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[60.0, 60.0],
+                                         host_cpu_pct=97.0))
+    assert c.cause == "cpu" and "all cores busy" in c.evidence[0]
+
+
+def test_cold_reads_beside_a_saturated_cpu_are_not_the_cause() -> None:
+    c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[97.0, 97.0],
+                                         disk_read_bytes=500, rchar_bytes=510,
+                                         resident_frac_start=0.0, disk_busy_pct=25.0))
+    assert c.cause == "cpu"
+    assert any("not the limit" in line for line in c.evidence)
+
+
+def test_main_process_cpu_when_workers_zero() -> None:
+    c = decide_input_cause(InputEvidence(workers=0, main_cpu_pct=99.0, host_cpu_pct=55.0))
+    assert c.cause == "cpu" and "workers=0" in c.evidence[0]
+
+
+def test_storage_when_reads_are_cold_and_loaders_stall() -> None:
+    c = decide_input_cause(InputEvidence(
+        workers=2, worker_cpu_pct=[15.0, 12.0], host_cpu_pct=20.0, disk_read_bytes=400,
+        rchar_bytes=410, resident_frac_start=0.0, psi_io_some_pct=45.0, disk_wait_frac=0.6))
+    assert c.cause == "storage"
+    text = " ".join(c.evidence)
+    assert "physical reads" in text and "pressure" in text and "disk wait" in text
+
+
+def test_workers_when_cached_reads_and_idle_cores() -> None:
+    c = decide_input_cause(InputEvidence(
+        workers=1, worker_cpu_pct=[60.0], host_cpu_pct=45.0, disk_read_bytes=0,
+        rchar_bytes=500_000_000, resident_frac_start=1.0))
+    assert c.cause == "workers"
+    assert any("page cache" in line for line in c.evidence)
+
+
+def test_storage_needs_a_stall_not_only_cold_reads() -> None:
+    c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[70.0, 70.0],
+                                         host_cpu_pct=60.0, disk_read_bytes=400,
+                                         rchar_bytes=400, resident_frac_start=0.0))
+    assert c.cause == "workers"
