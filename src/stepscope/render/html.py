@@ -1,0 +1,612 @@
+"""The self-contained HTML report: one file, inline SVG and CSS, no script, opens offline.
+
+It is written for someone who has never seen stepscope: every chart has axis units, a legend
+and a sentence on how to read it. Every string that came from the user or the machine (file
+names, class names, command lines, config values, notes) is escaped. The size is bounded by
+the timeline's bucket count, not by the run's length.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from stepscope.analysis.compare import Comparison
+from stepscope.analysis.timeline import Series, Timeline, sum_series
+from stepscope.render.svg import (
+    PALETTE,
+    PHASE_FILL,
+    Band,
+    Bar,
+    Line,
+    bar_chart,
+    esc,
+    heatmap,
+    legend,
+    time_chart,
+    waterfall,
+)
+from stepscope.render.terminal import (
+    AnswerLike,
+    fmt_bytes,
+    fmt_num,
+    fmt_pct,
+    fmt_ratio,
+    fmt_residency,
+    fmt_verdict,
+)
+
+REPORT_NAME = "report.html"
+PART_COLORS = {"wait": "#e15759", "copy": "#edc948", "compute": "#4e79a7", "other": "#bab0ac"}
+NVML_NOTE = (
+    "NVML's “GPU utilization” is the share of time in which at least one kernel was running "
+    "on the GPU, not how busy its compute units were: one small kernel at a time reads 100 %. "
+    "The step split below (wait / copy / compute) is the better evidence of what limits speed."
+)
+_MAX_PROCESS_LINES = 6
+
+
+# -- page scaffolding -------------------------------------------------------------------------
+def _css() -> str:
+    return (Path(__file__).parent / "assets" / "report.css").read_text(encoding="utf-8")
+
+
+def _page(title: str, body: Sequence[str]) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{esc(title)}</title><style>{_css()}</style></head><body><main>"
+        + "\n".join(body)
+        + "<footer>Made by stepscope. Every figure comes from a run's database (run.db, in its "
+        "run directory); byte figures are decimal (1 MB = 10⁶ bytes).</footer></main></body>"
+        "</html>\n"
+    )
+
+
+def _section(anchor: str, title: str, *parts: str) -> str:
+    return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>{"".join(parts)}</section>'
+
+
+def _how(text: str) -> str:
+    return f'<p class="how">{esc(text)}</p>'
+
+
+def _empty(text: str) -> str:
+    return f'<p class="empty">{esc(text)}</p>'
+
+
+def _write(path: Path, text: str) -> Path:
+    # Write beside the target and rename, so a browser never opens a half-written report.
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _when(t: float | None) -> str:
+    if not t:
+        return "—"
+    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _duration(seconds: float) -> str:
+    h, rem = divmod(round(seconds), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
+
+
+# -- timeline helpers ---------------------------------------------------------------------------
+def _bands(tl: Timeline) -> list[Band]:
+    return [Band(p.started, p.ended, p.phase,
+                 f"e{p.epoch}" if p.phase == "train" else f"epoch {p.epoch} val")
+            for p in tl.phases]
+
+
+def _band_legend() -> list[tuple[str, str, str]]:
+    return [("train phase", PHASE_FILL["train"], "band"), ("validation phase", PHASE_FILL["val"],
+                                                          "band")]
+
+
+def _line(s: Series, label: str, color: str, scale: float = 1.0, width: float = 1.5) -> Line:
+    return Line(label, s.t, [v * scale for v in s.mean], [v * scale for v in s.lo],
+                [v * scale for v in s.hi], color, width)
+
+
+def _chart(tl: Timeline, lines: list[Line], *, unit: str, y_label: str,
+           y_max: float | None = None, height: int = 230) -> str:
+    svg = time_chart(lines, _bands(tl), tl.t0, tl.t1, unit=unit, y_label=y_label, y_max=y_max,
+                     height=height, gap_s=3 * tl.bucket_s)
+    keys = [(ln.label, ln.color, "box" if ln.fill else "line") for ln in lines]
+    return svg + legend(keys + _band_legend())
+
+
+def _named(tl: Timeline, pairs: Iterable[tuple[str, str, str]], scale: float = 1.0) -> list[Line]:
+    """Lines for the (source, metric, label) pairs that were recorded, coloured in turn."""
+    out: list[Line] = []
+    for source, metric, label in pairs:
+        s = tl.get(source, metric)
+        if s is not None:
+            out.append(_line(s, label, PALETTE[len(out) % len(PALETTE)], scale))
+    return out
+
+
+# -- sections: utilization -----------------------------------------------------------------------
+def _cpu_section(tl: Timeline) -> str:
+    parts = []
+    host = tl.get("host", "cpu_util_pct")
+    if host is not None:
+        parts.append(_chart(tl, [_line(host, "all cores (mean)", PALETTE[0], width=2)],
+                            unit="pct", y_label="CPU busy (%)", y_max=100.0))
+        parts.append(_how("The machine's CPU: 100 % means every core was busy. The light band "
+                          "around the line spans the lowest and highest sample in each time "
+                          "slice, so short bursts stay visible. Blue background: training; "
+                          "orange: validation."))
+    cores = sorted(tl.sources("cpu_util_pct", "cpu"), key=lambda s: (len(s), s))
+    if cores:
+        rows = [(c, tl.series[(c, "cpu_util_pct")].t, tl.series[(c, "cpu_util_pct")].mean)
+                for c in cores]
+        parts.append(heatmap(rows, tl.t0, tl.t1, y_label="CPU per core"))
+        parts.append(_how("One row per core; darker red = busier (white = idle, dark red = "
+                          "100 %). A few dark rows and many pale ones mean the work does not "
+                          "spread over the cores."))
+    parts.append(_process_cpu(tl))
+    return _section("cpu", "CPU", *parts) if parts else ""
+
+
+def _process_cpu(tl: Timeline) -> str:
+    by_role: dict[str, list[tuple[str, Series]]] = {"main": [], "worker": [], "child": []}
+    for p in tl.processes:
+        s = tl.get(f"proc:{p.pid}", "cpu_util_pct")
+        if s is not None:
+            by_role.setdefault(p.role, []).append((f"{p.name} (pid {p.pid})", s))
+    lines: list[Line] = []
+    for label, s in by_role["main"]:
+        lines.append(_line(s, f"main: {label}", PALETTE[0], width=2))
+    workers = by_role["worker"]
+    if len(workers) <= _MAX_PROCESS_LINES:
+        lines += [_line(s, f"worker: {label}", PALETTE[1 + i % 8]) for i, (label, s)
+                  in enumerate(workers)]
+    else:
+        total = sum_series([s for _, s in workers], "workers", "cpu_util_pct")
+        if total is not None:
+            lines.append(_line(total, f"all {len(workers)} DataLoader workers (sum)", PALETTE[1]))
+    children = sum_series([s for _, s in by_role["child"]], "children", "cpu_util_pct")
+    if children is not None:
+        lines.append(_line(children, "other child processes (sum)", PALETTE[5]))
+    if not lines:
+        return _empty("No per-process CPU was recorded.")
+    return (_chart(tl, lines, unit="pct", y_label="CPU (100 % = one core)")
+            + _how("CPU time of each process of the training, where 100 % is one core fully "
+                   "busy. DataLoader workers are separate processes: their time is not in the "
+                   "main process's figure."))
+
+
+def _gpu_section(tl: Timeline) -> str:
+    gpus = [s for s in tl.sources("util_pct", "gpu") if ":" not in s]
+    if not gpus:
+        notes = [n for n in tl.notes if n[1].startswith(("gpu", "nvml"))]
+        text = "No GPU was recorded in this run" + (
+            ": " + "; ".join(n[2] for n in notes) if notes else ".")
+        return _section("gpu", "GPU", _empty(text))
+    util = _named(tl, [(g, "util_pct", f"{g} utilization (NVML)") for g in gpus])
+    util += _named(tl, [(g, "mem_util_pct", f"{g} memory-bus utilization") for g in gpus])
+    mem_pairs = [(g, "mem_used_bytes", f"{g} used (NVML, all processes)") for g in gpus]
+    for src in tl.sources("allocated_bytes", "torch:"):
+        mem_pairs += [(src, "reserved_bytes", f"{src} reserved by PyTorch's allocator"),
+                      (src, "allocated_bytes", f"{src} allocated by tensors")]
+    return _section(
+        "gpu", "GPU",
+        f'<p class="note">{esc(NVML_NOTE)}</p>',
+        _chart(tl, util, unit="pct", y_label="GPU utilization (%)", y_max=100.0),
+        _how("Share of each sampling interval in which the GPU ran at least one kernel."),
+        _chart(tl, _named(tl, mem_pairs), unit="bytes", y_label="GPU memory"),
+        _how("What nvidia-smi shows (used) against what the framework holds (reserved) and what "
+             "tensors really use (allocated). A gap between used and reserved is the CUDA "
+             "context and other processes."),
+    )
+
+
+def _disk_section(tl: Timeline) -> str:
+    lines = _named(tl, [("tree", "read_rate_bytes_per_s", "physical reads from disk (training)"),
+                        ("tree", "cache_read_rate_bytes_per_s", "reads served by the page cache")])
+    lines += _named(tl, [(d, "read_bytes_per_s", f"{d[5:]} device total (all processes)")
+                         for d in tl.sources("read_bytes_per_s", "disk:")])
+    for i, ln in enumerate(lines):
+        ln.color = PALETTE[(2, 3, 0, 4)[i % 4]]
+    if not lines:
+        return _section("disk", "Disk reads", _empty("No disk I/O was recorded."))
+    return _section(
+        "disk", "Disk reads",
+        _chart(tl, lines, unit="bytes_per_s", y_label="read rate"),
+        _how("Red: bytes the training's processes read from the storage device. Green: bytes "
+             "they read that the operating system served from its page cache (memory) instead. "
+             "Once the dataset is cached, red drops to zero while green stays: the program "
+             "still reads every file, the disk does not."),
+        _residency(tl),
+    )
+
+
+def _residency(tl: Timeline) -> str:
+    s = tl.get("pagecache", "dataset_resident_frac")
+    if s is None:
+        return _empty("Page-cache residency of the dataset was not recorded.")
+    return (
+        "<h3>Dataset in the page cache</h3>"
+        + _chart(tl, [_line(s, "dataset files resident in the page cache", PALETTE[3], 100.0,
+                            2)], unit="pct", y_label="dataset cached (%)", y_max=100.0,
+                 height=190)
+        + _how("Share of the dataset's bytes held in the operating system's page cache (checked "
+               "with mincore). At 100 % every file read is served from memory.")
+    )
+
+
+def _memory_section(tl: Timeline) -> str:
+    lines = _named(tl, [("host", "mem_used_bytes", "machine: used"),
+                        ("host", "mem_cached_bytes", "machine: page cache"),
+                        ("tree", "rss_bytes", "training processes: RSS (shared pages counted "
+                                              "per process)"),
+                        ("tree", "uss_bytes", "training processes: USS (own pages)")])
+    if not lines:
+        return ""
+    return _section(
+        "memory", "Host memory",
+        _chart(tl, lines, unit="bytes", y_label="memory"),
+        _how("Machine memory in use and in the page cache, and the training's processes. "
+             "Forked DataLoader workers share most pages with the main process, so their RSS "
+             "counts the same pages again; USS counts each page once."),
+    )
+
+
+# -- sections: steps and phases -------------------------------------------------------------------
+def _step_time_chart(tl: Timeline) -> str:
+    st = tl.steps
+    if not st.t:
+        return _empty("No steps were recorded.")
+    parts = [("wait", st.data_wait_mean), ("copy", st.transfer_mean),
+             ("compute", st.compute_mean), ("other", st.other_mean)]
+    acc = [0.0] * len(st.t)
+    lines = []
+    for name, values in parts:
+        acc = [a + 1000 * v for a, v in zip(acc, values, strict=True)]
+        lines.append(Line(_PART_LABEL[name], st.t, list(acc), color=PART_COLORS[name], fill=True))
+    lines.append(Line("slowest step in the slice", st.t, [1000 * v for v in st.wall_max],
+                      color="#222", width=0.8))
+    return (_chart(tl, lines, unit="ms", y_label="time per step (ms)")
+            + _how("Each step's time, split: red = waiting for the data loader, yellow = copying "
+                   "the batch to the device, blue = forward + backward + optimizer, grey = the "
+                   "rest of the loop. Stacked areas are means per time slice; the thin black "
+                   "line is the slowest step in the slice."))
+
+
+_PART_LABEL = {"wait": "waiting for data", "copy": "host→device copy",
+               "compute": "compute (fwd+bwd+opt)", "other": "other loop work"}
+
+
+def _phase_breakdown(summary: dict[str, Any], tl: Timeline) -> str:
+    groups: list[tuple[str, list[Bar]]] = []
+    for p in summary.get("phases") or []:
+        steps, secs = p.get("steps") or 0, p.get("seconds") or 0.0
+        if not steps or not secs:
+            continue
+        per_step_ms = 1000.0 * secs / steps
+        fr = {"wait": p.get("data_wait_frac") or 0.0, "copy": p.get("transfer_frac") or 0.0,
+              "compute": p.get("compute_frac") or 0.0}
+        fr["other"] = max(0.0, 1.0 - sum(fr.values()))
+        groups.append((f"{p.get('epoch')} {p.get('phase')}",
+                       [Bar(_PART_LABEL[k], per_step_ms * v, PART_COLORS[k], fmt_pct(v))
+                        for k, v in fr.items()]))
+    if not groups:
+        return ""
+    return (bar_chart(groups, unit="ms", y_label="ms per step", stacked=True)
+            + legend([(_PART_LABEL[k], c, "box") for k, c in PART_COLORS.items()])
+            + _how("Mean time per step in each epoch and phase (warm-up steps left out), split "
+                   "into its parts. A tall red part means the model waits for data: the input "
+                   "pipeline, not the model, sets the speed."))
+
+
+def _throughput(summary: dict[str, Any]) -> str:
+    epochs: dict[int, dict[str, float]] = {}
+    for p in summary.get("phases") or []:
+        if p.get("images_per_s") is not None:
+            epochs.setdefault(int(p["epoch"]), {})[str(p["phase"])] = float(p["images_per_s"])
+    if not epochs:
+        return ""
+    colors = {"train": PALETTE[0], "val": PALETTE[1]}
+    groups = [(f"epoch {e}", [Bar(ph, v, colors.get(ph, PALETTE[4])) for ph, v in d.items()])
+              for e, d in sorted(epochs.items())]
+    return (bar_chart(groups, unit="img/s", y_label="images per second", stacked=False)
+            + legend([("train", colors["train"], "box"), ("validation", colors["val"], "box")])
+            + _how("Images processed per second in each epoch's training and validation phase. "
+                   "Validation is usually faster: no augmentation and no backward pass."))
+
+
+def _phase_table(summary: dict[str, Any]) -> str:
+    head = ("epoch", "phase", "steps", "img/s", "wait", "copy", "compute", "verdict",
+            "disk read", "cached read", "dataset cached", "CPU", "GPU")
+    rows = []
+    for p in summary.get("phases") or []:
+        verdict = str(p.get("verdict") or "")
+        cells = [p.get("epoch"), p.get("phase"), p.get("steps"), fmt_num(p.get("images_per_s")),
+                 fmt_pct(p.get("data_wait_frac")), fmt_pct(p.get("transfer_frac")),
+                 fmt_pct(p.get("compute_frac"))]
+        tds = "".join(f"<td>{esc(c)}</td>" for c in cells)
+        tds += (f'<td class="l v-{esc(verdict)}">'
+                f"{esc(fmt_verdict(p.get('verdict'), p.get('input_cause')))}</td>")
+        more = [fmt_bytes(p.get("disk_read_bytes")), fmt_bytes(p.get("cache_read_bytes")),
+                fmt_residency(p.get("dataset_resident_frac_start"),
+                              p.get("dataset_resident_frac_end")),
+                _pct(p.get("cpu_util_pct")), _pct(p.get("gpu_util_pct"))]
+        tds += "".join(f"<td>{esc(c)}</td>" for c in more)
+        rows.append(f"<tr>{tds}</tr>")
+    if not rows:
+        return _empty("No phases were recorded.")
+    ths = "".join(f'<th class="{"l" if h in ("phase", "verdict") else ""}">{esc(h)}</th>'
+                  for h in head)
+    return (f"<table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            + _how("wait / copy / compute: shares of step time. Verdict: what limits the phase "
+                   "(input-bound = waiting for data; in brackets, why: storage, CPU or too few "
+                   "workers). Disk read: bytes from the device; cached read: bytes served from "
+                   "the page cache; dataset cached: at the phase's start → end."))
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{v:.0f}%"
+
+
+# -- sections: memory ledger, findings, explanation, configuration ---------------------------------
+def _ledger(summary: dict[str, Any]) -> str:
+    mem = summary.get("memory") or {}
+    ledger = mem.get("ledger") or []
+    if not ledger and mem.get("total_bytes") is None:
+        return _section("ledger", "Memory ledger", _empty("No memory ledger was recorded."))
+    items = [(str(r.get("item")), float(r.get("bytes") or 0.0), PALETTE[i % 8])
+             for i, r in enumerate(ledger)]
+    if mem.get("unattributed_bytes"):
+        items.append(("unattributed", float(mem["unattributed_bytes"]), "#bab0ac"))
+    rows = "".join(
+        f"<tr><td class=\"l\">{esc(r.get('item'))}</td><td>{esc(fmt_bytes(r.get('bytes')))}"
+        f"</td><td class=\"wrap\">{esc(r.get('how_measured') or '')}</td></tr>" for r in ledger)
+    if mem.get("unattributed_bytes") is not None:
+        rows += (f"<tr><td class=\"l\"><i>unattributed</i></td><td>"
+                 f"{esc(fmt_bytes(mem['unattributed_bytes']))}</td><td class=\"wrap\">total − "
+                 "the items above</td></tr>")
+    rows += (f"<tr><th class=\"l\">total</th><th>{esc(fmt_bytes(mem.get('total_bytes')))}</th>"
+             "<th class=\"l\">what the device reports in use</th></tr>")
+    return _section(
+        "ledger", f"Memory ledger: {mem.get('device') or ''}",
+        waterfall(items, mem.get("total_bytes"), unit="bytes", y_label="memory"),
+        _how("Each bar starts where the previous one ended, so the items add up to the total "
+             "the device reports (the dark bar). “unattributed” is what no measurement "
+             "explains."),
+        f"<table><thead><tr><th class=\"l\">item</th><th>bytes</th><th class=\"l\">how measured"
+        f"</th></tr></thead><tbody>{rows}</tbody></table>",
+    )
+
+
+def _evidence(ev: Any) -> str:
+    if isinstance(ev, dict):
+        return "<br>".join(f"{esc(k)}: {esc(v)}" for k, v in ev.items())
+    if isinstance(ev, (list, tuple)):
+        return "<br>".join(esc(e) for e in ev)
+    return esc(ev if ev is not None else "")
+
+
+def _findings(summary: dict[str, Any]) -> str:
+    out = []
+    for f in summary.get("findings") or []:
+        sev = str(f.get("severity") or "info")
+        rows = [("evidence", _evidence(f.get("evidence"))), ("fix", esc(f.get("fix") or "")),
+                ("expected gain", esc(f.get("expected_gain") or ""))]
+        dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows if v)
+        out.append(f'<div class="finding {esc(sev)}"><span class="sev">{esc(sev)}</span>'
+                   f"<h3>{esc(f.get('title') or f.get('id'))}</h3><dl>{dl}</dl></div>")
+    return _section("findings", "Findings", *(out or [_empty("Nothing measured stands out.")]))
+
+
+def _explanation(answers: Sequence[AnswerLike]) -> str:
+    out = []
+    for a in answers:
+        paras = "".join(f"<p>{esc(p)}</p>" for p in str(a.text).split("\n\n") if p.strip())
+        out.append(f'<div class="answer"><h3>{esc(a.title)}</h3>{paras}</div>')
+    return _section("explain", "Why the machine behaved so", *out) if out else ""
+
+
+def _flatten(d: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(d, dict) and d:
+        out = []
+        for k, v in d.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    text = d if isinstance(d, str) else json.dumps(d, default=str)
+    return [(prefix or "(value)", text)]
+
+
+def _config(config: dict[str, Any]) -> str:
+    rows = "".join(f'<tr><td class="l mono">{esc(k)}</td><td class="wrap mono">{esc(v)}</td></tr>'
+                   for k, v in _flatten(config))
+    body = f"<table><tbody>{rows}</tbody></table>" if rows else _empty("No configuration.")
+    return _section("config", "Configuration", body)
+
+
+def _processes(tl: Timeline) -> str:
+    if not tl.processes:
+        return ""
+    rows = "".join(
+        f"<tr><td>{p.pid}</td><td>{p.ppid}</td><td class=\"l\">{esc(p.role)}</td>"
+        f"<td class=\"wrap mono\">{esc(p.name)}</td><td>{esc(_duration(p.first_t - tl.t0))}</td>"
+        f"<td>{esc(_duration(p.last_t - tl.t0))}</td></tr>" for p in tl.processes[:500])
+    more = (f"<p class=\"how\">…and {len(tl.processes) - 500} more.</p>"
+            if len(tl.processes) > 500 else "")
+    return ("<h3>Processes observed</h3><table><thead><tr><th>pid</th><th>parent</th>"
+            "<th class=\"l\">role</th><th class=\"l\">name</th><th>first seen</th>"
+            f"<th>last seen</th></tr></thead><tbody>{rows}</tbody></table>{more}")
+
+
+def _notes(tl: Timeline) -> str:
+    if not tl.notes:
+        return ""
+    items = "".join(f"<li><b>{esc(src)}</b>: {esc(text)}</li>" for _, src, text in tl.notes)
+    return f"<h3>Notes from the samplers</h3><ul>{items}</ul>"
+
+
+# -- header --------------------------------------------------------------------------------------
+def _train_rate(summary: dict[str, Any], phase: str) -> float | None:
+    rows = [p for p in summary.get("phases") or [] if p.get("phase") == phase]
+    images = sum(p.get("images") or 0 for p in rows)
+    secs = sum(p.get("seconds") or 0.0 for p in rows)
+    return images / secs if secs else None
+
+
+def _header(summary: dict[str, Any], tl: Timeline | None) -> str:
+    run = summary.get("run") or {}
+    started, ended = run.get("started"), run.get("ended")
+    span = (ended - started) if started and ended else (tl.t1 - tl.t0 if tl else 0.0)
+    cards = [(fmt_num(_train_rate(summary, "train")), "training images / s (all epochs)"),
+             (fmt_num(_train_rate(summary, "val")), "validation images / s"),
+             (_duration(span), "wall time"),
+             (fmt_bytes((summary.get("memory") or {}).get("total_bytes")), "memory in use "
+              f"({(summary.get('memory') or {}).get('device') or '?'})"),
+             (fmt_pct(summary.get("monitor_overhead_frac")), "cost of monitoring")]
+    card_html = "".join(f'<div class="card"><b>{esc(v)}</b><span>{esc(k)}</span></div>'
+                        for v, k in cards)
+    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
+        ("phases", "Phases"), ("findings", "Findings"), ("explain", "Why"), ("steps", "Steps"),
+        ("cpu", "CPU"), ("gpu", "GPU"), ("disk", "Disk"), ("memory", "Memory"),
+        ("ledger", "Ledger"), ("config", "Configuration")))
+    return (f"<h1>Run {esc(run.get('name') or (tl.run_name if tl else '?'))}</h1>"
+            f"<p class=\"sub\">{esc(run.get('status') or '?')} · device "
+            f"{esc(run.get('device') or '?')} · started {esc(_when(started))} · command "
+            f"<code>{esc(run.get('command') or '')}</code></p>"
+            f"<nav>{nav}</nav><div class=\"cards\">{card_html}</div>")
+
+
+# -- public API ------------------------------------------------------------------------------------
+def render_report(summary: dict[str, Any], timeline: Timeline, answers: Sequence[AnswerLike],
+                  config: dict[str, Any]) -> str:
+    """The report as one HTML string (see :func:`write_report`)."""
+    tl = timeline
+    body = [
+        _header(summary, tl),
+        _section("phases", "Epochs and phases", _phase_table(summary)),
+        _findings(summary),
+        _explanation(answers),
+        _section("steps", "Where step time goes", _step_time_chart(tl),
+                 "<h3>Per epoch and phase</h3>", _phase_breakdown(summary, tl),
+                 "<h3>Throughput per epoch</h3>", _throughput(summary)),
+        _cpu_section(tl), _gpu_section(tl), _disk_section(tl), _memory_section(tl),
+        _ledger(summary),
+        _section("processes", "Processes and notes", _processes(tl), _notes(tl)),
+        _config(config),
+    ]
+    return _page(f"stepscope · {(summary.get('run') or {}).get('name') or tl.run_name}",
+                 [b for b in body if b])
+
+
+def write_report(run_dir: Path, summary: dict[str, Any], timeline: Timeline,
+                 answers: Sequence[AnswerLike], config: dict[str, Any]) -> Path:
+    """Write ``run_dir/report.html``: one self-contained file that opens offline.
+
+    Args:
+        run_dir: the run directory (the report goes beside run.db).
+        summary: the ``summary.json`` dict (DESIGN.md schema 1).
+        timeline: the run's bucketed history (``analysis.timeline.load_timeline``).
+        answers: explanation answers (objects with ``title`` and ``text``).
+        config: the run's resolved configuration, shown as a table.
+
+    Returns:
+        The path of the written report.
+
+    Examples:
+        >>> with RunReader(run_dir) as r:
+        ...     path = write_report(run_dir, summary, load_timeline(r), explain(summary), cfg)
+    """
+    return _write(Path(run_dir) / REPORT_NAME, render_report(summary, timeline, answers, config))
+
+
+# -- comparison report -------------------------------------------------------------------------------
+def _compare_rows(cmp: Comparison) -> str:
+    rows = []
+    for p in cmp.phases:
+        a_v = fmt_verdict(p.a_verdict, p.a_input_cause)
+        b_v = fmt_verdict(p.b_verdict, p.b_input_cause)
+        cells = [p.epoch, p.phase, fmt_num(p.a_images_per_s), fmt_num(p.b_images_per_s),
+                 fmt_ratio(p.ratio), fmt_pct(p.a_data_wait_frac), fmt_pct(p.b_data_wait_frac)]
+        verdict = f"{a_v} → {b_v}" if p.verdict_changed else a_v
+        rows.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells)
+                    + f'<td class="l">{"<b>" if p.verdict_changed else ""}{esc(verdict)}'
+                    f'{"</b>" if p.verdict_changed else ""}</td></tr>')
+    head = "".join(f"<th>{h}</th>" for h in ("epoch", "phase", "a img/s", "b img/s", "b ÷ a",
+                                             "a wait", "b wait"))
+    return (f"<table><thead><tr>{head}<th class=\"l\">verdict a → b</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _compare_memory(cmp: Comparison) -> str:
+    rows = "".join(
+        f"<tr><td class=\"l\">{esc(d.item)}</td><td>{esc(fmt_bytes(d.a_bytes))}</td>"
+        f"<td>{esc(fmt_bytes(d.b_bytes))}</td><td>{esc(fmt_bytes(d.delta_bytes))}</td></tr>"
+        for d in cmp.memory)
+    rows += (f"<tr><th class=\"l\">total</th><th>{esc(fmt_bytes(cmp.memory_total_a))}</th>"
+             f"<th>{esc(fmt_bytes(cmp.memory_total_b))}</th><th></th></tr>")
+    return ("<table><thead><tr><th class=\"l\">item</th><th>a</th><th>b</th><th>b − a</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _run_line(summary: dict[str, Any]) -> str:
+    run = summary.get("run") or {}
+    command = f" (<code>{esc(run['command'])}</code>)" if run.get("command") else ""
+    return f"{esc(run.get('name') or '?')}{command}"
+
+
+def render_compare_report(cmp: Comparison, a_summary: dict[str, Any],
+                          b_summary: dict[str, Any]) -> str:
+    """The comparison report as one HTML string (see :func:`write_compare_report`)."""
+    colors = (PALETTE[9], PALETTE[0])
+    groups = [(f"{p.epoch} {p.phase}", [Bar(f"a: {cmp.a_name}", p.a_images_per_s or 0.0,
+                                            colors[0]),
+                                        Bar(f"b: {cmp.b_name}", p.b_images_per_s or 0.0,
+                                            colors[1])]) for p in cmp.phases]
+    waits = [(f"{p.epoch} {p.phase}", [Bar("a", 100 * (p.a_data_wait_frac or 0.0), colors[0]),
+                                       Bar("b", 100 * (p.b_data_wait_frac or 0.0), colors[1])])
+             for p in cmp.phases]
+    keys = legend([(f"a: {cmp.a_name}", colors[0], "box"), (f"b: {cmp.b_name}", colors[1], "box")])
+    cards = [(fmt_ratio(cmp.train_ratio), "training img/s, b ÷ a"),
+             (fmt_ratio(cmp.val_ratio), "validation img/s, b ÷ a"),
+             (f"{fmt_num(cmp.train_images_per_s_a)} → {fmt_num(cmp.train_images_per_s_b)}",
+              "training img/s, a → b")]
+    resolved = ", ".join(cmp.findings_resolved) or "none"
+    new = ", ".join(cmp.findings_new) or "none"
+    body = [
+        f"<h1>{esc(cmp.b_name)} against {esc(cmp.a_name)}</h1>",
+        f"<p class=\"sub\">a: {_run_line(a_summary)} · b: {_run_line(b_summary)}</p>",
+        "<div class=\"cards\">" + "".join(f'<div class="card"><b>{esc(v)}</b><span>{esc(k)}'
+                                          "</span></div>" for v, k in cards) + "</div>",
+        _section("speed", "Throughput per epoch and phase",
+                 bar_chart(groups, unit="img/s", y_label="images per second", stacked=False),
+                 keys, _how("Higher is faster. Phases are matched by epoch number.")),
+        _section("wait", "Share of step time waiting for data",
+                 bar_chart(waits, unit="pct", y_label="waiting for data (%)", stacked=False),
+                 keys, _how("Lower is better: time the model sat idle waiting for a batch.")),
+        _section("table", "Phase by phase", _compare_rows(cmp)),
+        _section("memory", "Memory ledger", _compare_memory(cmp)),
+        _section("findings", "Findings",
+                 f"<p>Resolved in b: {esc(resolved)}. New in b: {esc(new)}.</p>"),
+    ]
+    return _page(f"stepscope compare · {cmp.b_name} vs {cmp.a_name}", body)
+
+
+def write_compare_report(path: Path, cmp: Comparison, a_summary: dict[str, Any],
+                         b_summary: dict[str, Any]) -> Path:
+    """Write the comparison of two runs as one self-contained HTML file at ``path``.
+
+    Examples:
+        >>> cmp = compare_summaries(a, b)
+        >>> write_compare_report(Path("compare.html"), cmp, a, b)
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _write(path, render_compare_report(cmp, a_summary, b_summary))

@@ -1,0 +1,174 @@
+"""Terminal renderables, checked against exact output on a 100-column console without colour."""
+
+from __future__ import annotations
+
+import copy
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console, RenderableType
+
+from stepscope.analysis.compare import compare_summaries
+from stepscope.render.terminal import (
+    LiveStatus,
+    comparison_table,
+    explanation,
+    findings_panel,
+    fmt_bytes,
+    make_console,
+    memory_table,
+    phase_table,
+)
+
+SUMMARY: dict[str, Any] = {
+    "run": {"name": "seed", "status": "completed"},
+    "phases": [
+        {"epoch": 1, "phase": "train", "steps": 100, "images": 800, "seconds": 100.0,
+         "images_per_s": 8.0, "data_wait_frac": 0.62, "transfer_frac": 0.01,
+         "compute_frac": 0.35, "verdict": "input-bound", "input_cause": "storage",
+         "disk_read_bytes": 450e6, "cache_read_bytes": 20e6,
+         "dataset_resident_frac_start": 0.0, "dataset_resident_frac_end": 0.82,
+         "cpu_util_pct": 61.0, "gpu_util_pct": None},
+        {"epoch": 1, "phase": "val", "steps": 25, "images": 200, "seconds": 10.0,
+         "images_per_s": 20.0, "data_wait_frac": 0.1, "transfer_frac": 0.01,
+         "compute_frac": 0.87, "verdict": "compute-bound", "input_cause": None,
+         "disk_read_bytes": 100e6, "cache_read_bytes": 0,
+         "dataset_resident_frac_start": 0.82, "dataset_resident_frac_end": 1.0,
+         "cpu_util_pct": 98.0, "gpu_util_pct": 71.0},
+    ],
+    "memory": {"device": "cuda:0", "total_bytes": 6.5e9, "ledger": [
+        {"item": "CUDA context", "bytes": 4.0e8, "how_measured": "NVML used − reserved"},
+        {"item": "weights", "bytes": 2.2e8, "how_measured": "parameters + buffers"}],
+        "unattributed_bytes": 5.88e9},
+    "findings": [
+        {"id": "input-bound-storage", "severity": "critical",
+         "title": "Epoch 1 waits for the disk",
+         "evidence": ["62% of step time blocked in the loader", "450 MB read from disk"],
+         "fix": "warm the page cache or use faster storage",
+         "expected_gain": "x2.5 img/s in epoch 1"}],
+}
+
+
+def render(renderable: RenderableType) -> list[str]:
+    """Render like rich's own tests: fixed width, no colour, no terminal; trailing blanks cut
+    (an editor would strip them from the expected text)."""
+    console = Console(width=100, file=io.StringIO(), color_system=None, legacy_windows=False,
+                      force_terminal=False, _environ={})
+    console.print(renderable)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    return [line.rstrip() for line in out.splitlines()]
+
+
+def test_phase_table() -> None:
+    assert render(phase_table(SUMMARY)) == [
+        "Epochs and phases (steady-state steps)",
+        "",
+        " epoch     img/s   wait   copy   comp   verdict                 disk   cache   resident   CPU   GPU",
+        " " + "─" * 98,
+        " 1 train     8.0    62%     1%    35%   input-bound           450 MB   20 MB     0%→82%   61%     —",
+        "                                        (storage)",
+        " 1 val      20.0    10%     1%    87%   compute-bound         100 MB     0 B   82%→100%   98%   71%",
+        "",
+        "wait = blocked on the data loader, copy = host→device, comp = forward+backward+optimizer (shares of",
+        "step time); disk = bytes read from the device, cache = bytes served by the page cache; resident =",
+        "share of the dataset in the page cache at start→end; CPU = mean over cores, GPU = NVML utilization",
+    ]
+
+
+def test_findings_panel() -> None:
+    assert render(findings_panel(SUMMARY)) == [
+        "╭─ Findings " + "─" * 87 + "╮",
+        "│ [critical] Epoch 1 waits for the disk" + " " * 60 + "│",
+        "│   evidence: 62% of step time blocked in the loader" + " " * 47 + "│",
+        "│   evidence: 450 MB read from disk" + " " * 64 + "│",
+        "│   fix: warm the page cache or use faster storage" + " " * 49 + "│",
+        "│   expected gain: x2.5 img/s in epoch 1" + " " * 59 + "│",
+        "╰" + "─" * 98 + "╯",
+    ]
+    assert "No findings" in render(findings_panel({}))[1]
+
+
+def test_memory_table() -> None:
+    assert render(memory_table(SUMMARY)) == [
+        "Memory on cuda:0: 6.5 GB in use",
+        "",
+        " item             bytes   share   how measured",
+        " " + "─" * 56,
+        " CUDA context    400 MB      6%   NVML used − reserved",
+        " weights         220 MB      3%   parameters + buffers",
+        " unattributed   5.88 GB     90%   total − the items above",
+        "",
+    ]
+
+
+def test_comparison_table() -> None:
+    b = copy.deepcopy(SUMMARY)
+    b["run"]["name"] = "warm"
+    b["phases"][0].update(images_per_s=20.0, seconds=40.0, data_wait_frac=0.05,
+                          verdict="compute-bound", input_cause=None)
+    lines = render(comparison_table(compare_summaries(SUMMARY, b)))
+    assert lines[:7] == [
+        "training: 8.0 → 20.0 img/s (×2.50)   validation: 20.0 → 20.0 img/s (×1.00)",
+        "warm vs seed",
+        "",
+        " epoch   phase   a img/s   b img/s     b÷a   wait a→b   verdict a → b",
+        " " + "─" * 92,
+        "     1   train       8.0      20.0   ×2.50     62%→5%   input-bound (storage) → compute-bound",
+        "     1   val        20.0      20.0   ×1.00    10%→10%   compute-bound",
+    ]
+    assert " total           6.5 GB    6.5 GB     0 B" in lines
+
+
+@dataclass
+class Answer:
+    title: str
+    text: str
+
+
+def test_explanation() -> None:
+    answers = [Answer("Why is the disk idle after epoch 1?", "The page cache holds the files.")]
+    assert render(explanation(answers)) == [
+        "Why is the disk idle after epoch 1?", "The page cache holds the files."]
+
+
+def test_live_status_shows_only_known_values() -> None:
+    s = LiveStatus()
+    assert s.plain() == ""
+    s.update(data_wait_frac=0.42, cpu_util_pct=61.0, disk_read_bytes_per_s=12e6)
+    assert s.plain() == "wait 42% · CPU 61% · disk 12 MB/s"
+
+    @dataclass
+    class Stats:  # the monitor's LiveStats has these attribute names
+        images_per_s: float | None = 23.5
+        gpu_util_pct: float | None = 30.0
+
+    s.update(Stats())
+    assert s.plain() == "23.5 img/s · wait 42% · CPU 61% · GPU 30% · disk 12 MB/s"
+    assert render(s) == ["23.5 img/s · wait 42% · CPU 61% · GPU 30% · disk 12 MB/s"]
+
+
+def test_make_console_writes_plain_text_to_a_pipe(monkeypatch: Any) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")  # even when the environment asks for colour
+    buf = io.StringIO()
+    console = make_console(buf, width=80)
+    console.print(phase_table(SUMMARY))
+    assert "\x1b[" not in buf.getvalue()
+    assert not console.is_terminal
+
+
+def test_no_color_is_honoured(monkeypatch: Any) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    buf = Tty()
+    make_console(buf, width=80).print(phase_table(SUMMARY))
+    assert "\x1b[31" not in buf.getvalue() and "\x1b[1;31" not in buf.getvalue()
+
+
+def test_fmt_bytes() -> None:
+    assert [fmt_bytes(v) for v in (None, 0, 999, 1500, 6.5e9, 999.96e6, -2e6)] == [
+        "—", "0 B", "999 B", "1.5 kB", "6.5 GB", "1 GB", "-2 MB"]
