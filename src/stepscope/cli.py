@@ -73,7 +73,7 @@ def data_synth(
     with console.status("writing images…"):
         res = synth_dataset(out, images=images, seed=seed)
     console.print(f"wrote {res.files} images ({res.bytes / 1e6:.1f} MB) to {out}/images; "
-                  f"{out}/train.csv ({res.train} rows), {out}/valid.csv ({res.val} rows)")
+                  f"{out}/train.csv ({res.train_images} rows), {out}/valid.csv ({res.val_images} rows)")
 
 
 # -- train --------------------------------------------------------------------------------------

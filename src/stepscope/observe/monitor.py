@@ -179,14 +179,14 @@ class Monitor(AbstractContextManager["Monitor"]):
             if s.name == "pagecache":
                 self._residency = s
                 self.writer.fact(
-                    "dataset.residency_sample_files", getattr(s, "sample_files", None),
+                    "dataset.residency_sample_files", _count(getattr(s, "sample_files", None)),
                     "files whose page-cache residency is measured (all, or a random sample)",
                 )
         if self._dataset_files and self._residency is None and self._sample:
             self.writer.note("pagecache", "dataset residency not measured (sampler unavailable)")
         if samplers:
             self._sampler = sampling.SamplerThread(
-                samplers, self._tee, interval_s=self._interval_s  # type: ignore[arg-type]
+                samplers, self._tee, interval_s=self._interval_s
             )
             self._sampler.start()
 
@@ -357,12 +357,18 @@ class Monitor(AbstractContextManager["Monitor"]):
         return stats
 
 
+def _count(value: Any) -> int | None:
+    if value is None:
+        return None
+    return value if isinstance(value, int) else len(value)
+
+
 def _cuda_event_factory(device: Any) -> Callable[[], GpuEvent] | None:
     if device is None or "cuda" not in str(device):
         return None
     import torch
 
-    return lambda: torch.cuda.Event(enable_timing=True)  # type: ignore[no-any-return]
+    return lambda: torch.cuda.Event(enable_timing=True)
 
 
 def _own_threads_cpu_s() -> float:

@@ -384,15 +384,16 @@ class RunReader:
     ) -> tuple[list[float], list[float]]:
         """Times and values of one metric (one source, or all sources interleaved)."""
         sql, args = "SELECT t, value FROM samples WHERE metric=?", [metric]
+        args_t: list[Any] = args
         if source is not None:
             sql += " AND source=?"
             args.append(source)
         if t0 is not None:
             sql += " AND t>=?"
-            args.append(t0)
+            args_t.append(t0)
         if t1 is not None:
             sql += " AND t<=?"
-            args.append(t1)
+            args_t.append(t1)
         ts: list[float] = []
         vs: list[float] = []
         for t, v in self._con.execute(sql + " ORDER BY t", args):

@@ -63,7 +63,8 @@ PROGRESS_EVERY_S = 0.5
 
 
 def _step_stats(logits: torch.Tensor, y: torch.Tensor, binary: bool) -> torch.Tensor:
-    pred = (logits.squeeze(1) > 0).long() if binary else logits.argmax(1)
+    # Two classes: one logit per image (N,), positive means class 1.
+    pred = (logits > 0).long() if binary else logits.argmax(1)
     return (pred == y).sum()
 
 
@@ -98,8 +99,7 @@ def run_phase(
                 with probe.first_step(x, training):
                     with precision.autocast_context(device, s.bf16):
                         logits = model(x)
-                    target = y.float().unsqueeze(1) if binary else y
-                    loss = loss_fn(logits.float(), target)
+                    loss = loss_fn(logits.float(), y)
                 if training:
                     assert optimizer is not None
                     optimizer.zero_grad(set_to_none=True)
@@ -164,6 +164,11 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
         # The CUDA caching allocator reads this once, when CUDA is first used: set it first.
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = cfg.alloc_conf
     run_dir = Path(cfg.resume) if cfg.resume else default_run_dir(cfg)
+    if not cfg.resume and any((run_dir / n).exists() for n in ("run.db", "checkpoints")):
+        raise StepscopeError(
+            f"{run_dir} already holds a run: use --resume {run_dir} to continue it, "
+            "or another --out to start a new one"
+        )
     resume_state = checkpoint.load_checkpoint(run_dir / "checkpoints" / "last.pt") if cfg.resume else None
     baseline_bytes = memory.process_rss_bytes()
     s = setup.build(cfg)
@@ -193,9 +198,10 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
     )
     status = "failed"
     all_bad: list[str] = []
-    mon.start()
+    if cfg.monitor:  # without it the Monitor still frames steps for the progress line, stores nothing
+        mon.start()
     try:
-        probe = memory.MemoryProbe(mon, s.model, s.device)
+        probe = memory.MemoryProbe(mon, s.model, s.device, name=cfg.model)
         probe.record_static(files, baseline_bytes, workers=s.workers)
         for epoch in range(start_epoch, cfg.epochs):
             t_epoch = time.perf_counter()

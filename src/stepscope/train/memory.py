@@ -39,8 +39,10 @@ def tensor_bytes(tensors: Any) -> int:
 class MemoryProbe:
     """Records the ledger's facts: static ones at start, the rest around the first step."""
 
-    def __init__(self, mon: Monitor, model: torch.nn.Module, device: torch.device) -> None:
-        self.mon, self.model, self.device = mon, model, device
+    def __init__(
+        self, mon: Monitor, model: torch.nn.Module, device: torch.device, *, name: str
+    ) -> None:
+        self.mon, self.model, self.device, self.name = mon, model, device, name
         self._step_done = False
         self._after_done = False
 
@@ -49,7 +51,7 @@ class MemoryProbe:
         sizes = [_size(f) for f in files]
         mon.fact("dataset.files", len(files), "files listed for train + val")
         mon.fact("dataset.bytes", sum(sizes), "sum of the listed files' sizes (os.stat)")
-        mon.fact("model.name", getattr(model, "name", type(model).__name__), "")
+        mon.fact("model.name", self.name, "timm model name")
         params = list(model.parameters())
         mon.fact("model.params", sum(p.numel() for p in params), "parameters")
         mon.fact("model.trainable_params", sum(p.numel() for p in params if p.requires_grad),

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from stepscope.errors import DataError
-from stepscope.train import augment, checkpoint, models
+from stepscope.train import augment, checkpoint, data, models
 
 
 @dataclass
@@ -40,7 +40,7 @@ def predict(ckpt_path: Path, images: list[Path]) -> list[Prediction]:
             raise DataError(f"image {path} not found")
         try:
             x = tf(path).unsqueeze(0)
-        except augment.DecodeError as exc:
+        except data.CorruptImageError as exc:
             raise DataError(f"{path} could not be decoded as an image: {exc}") from exc
         with torch.no_grad():
             probs = model.predict_proba(model(x))[0]

@@ -76,20 +76,24 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _worker_init(worker_id: int) -> None:
-    # OpenCV starts its own thread pool in every worker; on a small machine those threads
-    # fight the trunk's. One image at a time per worker is the efficient split.
+def _single_threaded_opencv() -> None:
+    """One OpenCV thread per process, set in the main process before workers fork.
+
+    OpenCV's own thread pool in every worker would fight the trunk's threads on a small
+    machine; one image at a time per worker is the efficient split. It must be set here, not
+    in the worker: a forked child inherits the parent's pool state without its threads, and
+    calling ``cv2.setNumThreads`` there waits forever on them.
+    """
     import cv2
 
     cv2.setNumThreads(1)
-    augment.worker_init(worker_id)
 
 
 def build_loaders(
     cfg: TrainConfig, split: data.DatasetSplit, device: torch.device, workers: int
 ) -> tuple[DataLoader[Any], DataLoader[Any] | None]:
     aug = augment.resolve_augment(cfg.augment)
-    backend = "fused" if cfg.aug_backend == "gpu" else cfg.aug_backend
+    backend: augment.Backend = "keras" if cfg.aug_backend == "keras" else "fused"
     train_tf = augment.create_transform(
         aug, cfg.img_size, train=True, backend=backend, seed=cfg.seed
     )
@@ -102,7 +106,7 @@ def build_loaders(
         "pin_memory": device.type == "cuda",
     }
     if workers > 0:
-        common.update(prefetch_factor=cfg.prefetch, worker_init_fn=_worker_init)
+        common.update(prefetch_factor=cfg.prefetch)
     gen = torch.Generator().manual_seed(cfg.seed)
     train_loader = DataLoader(
         data.ImageDataset(split.train, train_tf), shuffle=True, generator=gen, **common
@@ -128,9 +132,11 @@ def build(cfg: TrainConfig) -> Setup:
         images=Path(cfg.images) if cfg.images else None,
         x_col=cfg.x_col, y_col=cfg.y_col,
         folder=Path(cfg.folder) if cfg.folder else None,
-        val_split=cfg.val_split, seed=cfg.seed, on_missing=cfg.on_missing,
+        val_split=cfg.val_split, seed=cfg.seed,
+        on_missing="skip" if cfg.on_missing == "skip" else "error",
     )
     workers = resolve_workers(cfg.workers, cores=cores, device=device, backend=cfg.aug_backend)
+    _single_threaded_opencv()
     train_loader, val_loader = build_loaders(cfg, split, device, workers)
     model = models.create_model(
         cfg.model, weights=cfg.weights, num_classes=len(split.classes), unfreeze=cfg.unfreeze

@@ -1,0 +1,74 @@
+"""The reference trainer end to end, on real synthetic JPEGs with the real pretrained weights."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from stepscope.errors import StepscopeError
+from stepscope.store.db import RunReader
+from stepscope.train.config import resolve_config
+from stepscope.train.loop import train
+from tests.conftest import data_flags
+
+
+@pytest.mark.slow
+def test_three_epochs_reach_090_val_accuracy(synth400: Path, tmp_path: Path) -> None:
+    cfg = resolve_config({**data_flags(synth400), "img_size": 224, "epochs": 3,
+                          "augment": "seed", "out": str(tmp_path / "run")})
+    result = train(cfg)
+    assert result.status == "completed"
+    rows = list(csv.DictReader((result.run_dir / "metrics.csv").open()))
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3]
+    best = max(float(r["val_accuracy"]) for r in rows)
+    print(f"val_accuracy per epoch: {[r['val_accuracy'] for r in rows]}, "
+          f"seconds: {[r['seconds'] for r in rows]}")
+    assert best >= 0.9
+    assert (result.run_dir / "checkpoints" / "best.pt").is_file()
+    assert (result.run_dir / "config.yaml").is_file()
+    reader = RunReader(result.run_dir)
+    assert reader.run().status == "completed"
+    steps = reader.steps()
+    assert steps, "every run is recorded by default"
+    for s in steps:  # the step's parts add up to its wall time, on every step
+        parts = s.data_wait_s + s.transfer_s + s.compute_s + s.other_s
+        assert abs(parts - s.wall_s) <= 0.05 * s.wall_s
+
+
+def test_checkpoint_and_resume(synth80: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    flags = {**data_flags(synth80), "img_size": 64, "epochs": 1, "out": str(run),
+             "weights": "none", "max_steps": 2, "augment": "none"}
+    train(resolve_config(flags))
+    state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    assert state["epoch"] == 0
+    # Same epoch count: nothing to resume is an error that says what to do.
+    with pytest.raises(StepscopeError, match="nothing to resume"):
+        train(resolve_config({**flags, "resume": str(run)}))
+    res = train(resolve_config({**flags, "epochs": 2, "resume": str(run), "out": None}))
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    assert [r["epoch"] for r in rows] == ["1", "2"]
+    assert res.rows[-1]["epoch"] == 2
+    assert torch.load(run / "checkpoints" / "last.pt", weights_only=True)["epoch"] == 1
+    phases = RunReader(run).phases()
+    assert [(p.epoch, p.phase) for p in phases] == [(0, "train"), (0, "val"), (1, "train"), (1, "val")]
+
+
+def test_refuses_to_overwrite_a_run(synth80: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    flags = {**data_flags(synth80), "img_size": 64, "epochs": 1, "out": str(run),
+             "weights": "none", "max_steps": 1, "augment": "none"}
+    train(resolve_config(flags))
+    with pytest.raises(StepscopeError, match="already holds a run"):
+        train(resolve_config(flags))
+
+
+def test_no_monitor_records_nothing(synth80: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(resolve_config({**data_flags(synth80), "img_size": 64, "epochs": 1, "out": str(run),
+                          "weights": "none", "max_steps": 1, "monitor": False}))
+    assert not (run / "run.db").exists()
+    assert (run / "metrics.csv").is_file()
