@@ -54,7 +54,7 @@ def test_checkpoint_and_resume(synth80: Path, tmp_path: Path) -> None:
     assert res.rows[-1]["epoch"] == 2
     assert torch.load(run / "checkpoints" / "last.pt", weights_only=True)["epoch"] == 1
     phases = RunReader(run).phases()
-    assert [(p.epoch, p.phase) for p in phases] == [(0, "train"), (0, "val"), (1, "train"), (1, "val")]
+    assert [(p.epoch, p.phase) for p in phases] == [(1, "train"), (1, "val"), (2, "train"), (2, "val")]
 
 
 def test_refuses_to_overwrite_a_run(synth80: Path, tmp_path: Path) -> None:

@@ -150,7 +150,8 @@ def predict(
     from stepscope.train.predict import predict as run_predict
 
     for p in run_predict(checkpoint, images):
-        console.print(f"{p.path}\t{p.label}\t{p.probability:.3f}", markup=False)
+        # Plain tab-separated lines: meant for scripts as much as for people.
+        typer.echo(f"{p.path}\t{p.label}\t{p.probability:.3f}")
 
 
 # -- report / explain / compare / top -----------------------------------------------------------
@@ -234,13 +235,94 @@ def top(
     interval: Annotated[float, Opt(help="Refresh period, seconds.")] = 1.0,
     once: Annotated[bool, Opt(help="Print one frame and exit.")] = False,
 ) -> None:
-    """Live view of a run in progress, from another terminal (reads run.db).
+    """Live view of a run in progress, from another terminal (reads run.db; stops when the run ends).
 
     Example: stepscope top runs/first
     """
-    from stepscope.render.live import run_top
+    from rich.live import Live
 
-    run_top(console, run_dir, interval_s=interval, once=once)
+    from stepscope.analysis.live import snapshot
+    from stepscope.render.live import top_view
+    from stepscope.store.db import RunReader
+
+    def frame() -> tuple[Any, str]:
+        with RunReader(run_dir) as reader:
+            snap = snapshot(reader)
+        return top_view(snap), snap.status
+
+    view, status = frame()
+    if once or not console.is_terminal:
+        console.print(view)
+        return
+    with Live(view, console=console, refresh_per_second=4) as live:
+        while status == "running":
+            time.sleep(interval)
+            view, status = frame()
+            live.update(view)
+
+
+@app.command()
+def doctor(
+    data: Annotated[Path | None, Opt(help="Dataset folder (images, recursively) to test storage and decoding on.")] = None,
+    model: Annotated[str, Opt(help="timm model whose forward speed to measure.")] = "efficientnet_lite0",
+    img_size: Annotated[int, Opt(help="Input size in pixels.")] = 299,
+    batch_size: Annotated[int, Opt(help="Batch size for the forward ceiling.")] = 8,
+    augment: Annotated[str, Opt(help="seed|none: include the seed's augmentation in the decode ceiling.")] = "seed",
+    aug_backend: Annotated[str, Opt(help="fused|keras.")] = "fused",
+    threads: Annotated[int | None, Opt(help="torch threads for the forward ceiling. [default: usable cores]")] = None,
+    budget: Annotated[float, Opt("--budget-s", help="Seconds to spend measuring.")] = 10.0,
+    as_json: Annotated[bool, Opt("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """What this machine can do and measure, and whether the input pipeline or the model will
+    be the bottleneck — before you train.
+
+    Example: stepscope doctor --data data/catsdogs --model inception_resnet_v2 --img-size 299
+    """
+    from stepscope.analysis.doctor import cache_prediction, prediction
+    from stepscope.render.doctor import doctor_view
+    from stepscope.train.doctor import run_doctor
+
+    def progress(text: str) -> None:
+        if not as_json:
+            err_console.print(f"  {text}", markup=False)
+
+    result = run_doctor(data=data, model=model, img_size=img_size, batch_size=batch_size,
+                        budget_s=budget, progress=progress, augment=augment,
+                        aug_backend="keras" if aug_backend == "keras" else "fused",
+                        threads=threads)
+    result["prediction"] = prediction(result)
+    result["cache_prediction"] = cache_prediction(result)
+    if as_json:
+        console.print_json(json.dumps(result, default=str))
+    else:
+        console.print(doctor_view(result))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def watch(
+    cmd: Annotated[list[str], typer.Argument(help="The command to run, after --.")],
+    out: Annotated[Path | None, Opt(help="Run directory. [default: runs/watch-<time>]")] = None,
+    interval: Annotated[float, Opt(help="Sampling period in seconds (0.1–60).")] = 1.0,
+    no_preallocate: Annotated[bool, Opt("--no-preallocate", help="Make TensorFlow/JAX allocate GPU memory as needed (TF_FORCE_GPU_ALLOW_GROWTH=true, XLA_PYTHON_CLIENT_PREALLOCATE=false), so their real need shows.")] = False,
+    as_json: Annotated[bool, Opt("--json", help="Print summary.json at the end instead of tables.")] = False,
+) -> None:
+    """Run any training command and diagnose it, no code change: PyTorch DataLoader loops,
+    Keras fit/evaluate, or just the system picture for anything else. Exits with the
+    command's exit code.
+
+    Example: stepscope watch --out runs/mine -- python train.py --epochs 3
+    """
+    from stepscope.observe.watch import watch as run_watch
+
+    if not cmd:
+        raise StepscopeError("nothing to watch: give the command after --, e.g. "
+                             "stepscope watch -- python train.py")
+    run_dir = out or Path("runs") / f"watch-{time.strftime('%Y%m%d-%H%M%S')}"
+    result = run_watch(list(cmd), run_dir, interval_s=interval, no_preallocate=no_preallocate,
+                       on_start=lambda pid: err_console.print(f"stepscope: watching pid {pid}, recording to {run_dir}"))
+    if (run_dir / "run.db").is_file():
+        _finish_run(run_dir, as_json=as_json)
+    raise typer.Exit(result.exit_code)
 
 
 # -- demo ---------------------------------------------------------------------------------------

@@ -63,14 +63,8 @@ CREATE TABLE IF NOT EXISTS notes (t REAL, source TEXT, text TEXT);
 CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value_json TEXT, how_measured TEXT);
 """
 
-_PHASE_COLS = (
-    "phase_id epoch phase started ended steps images resident_frac_start resident_frac_end "
-    "read_bytes_start read_bytes_end rchar_start rchar_end workers rank"
-).split()
-_STEP_COLS = (
-    "phase_id step t_start wall_s data_wait_s transfer_s compute_s other_s images warmup "
-    "comm_s loss"
-).split()
+_PHASE_COLS = ["phase_id", "epoch", "phase", "started", "ended", "steps", "images", "resident_frac_start", "resident_frac_end", "read_bytes_start", "read_bytes_end", "rchar_start", "rchar_end", "workers", "rank"]
+_STEP_COLS = ["phase_id", "step", "t_start", "wall_s", "data_wait_s", "transfer_s", "compute_s", "other_s", "images", "warmup", "comm_s", "loss"]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -259,7 +253,7 @@ class RunReader:
         >>> t, v = r.series("cpu_util_pct", source="host")
     """
 
-    def __init__(self, run_dir: Path, *, db_name: str = DB_NAME, stale_after_s: float = 30.0):
+    def __init__(self, run_dir: Path, *, db_name: str = DB_NAME) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / db_name if self.run_dir.is_dir() else self.run_dir
         if not self.path.is_file():
@@ -277,7 +271,6 @@ class RunReader:
                 f"{self.path} has schema version {version and version[0]}, this stepscope "
                 f"reads version {SCHEMA_VERSION}: use the stepscope version that recorded it"
             )
-        self._stale_after_s = stale_after_s
         self._mark_if_interrupted()
 
     def close(self) -> None:
@@ -294,12 +287,10 @@ class RunReader:
         row = self._con.execute("SELECT status, pid, heartbeat FROM runs WHERE id=1").fetchone()
         if not row or row[0] != "running":
             return
-        status, pid, heartbeat = row
-        gone = (pid and not _pid_alive(pid)) or (
-            heartbeat is not None and time.time() - heartbeat > self._stale_after_s
-            and pid and not _pid_alive(pid)
-        )
-        if not gone:
+        pid = row[1]
+        # A writer commits at least every second; a silent database alone proves nothing (the
+        # writer may be busy), but a writer process that no longer exists does.
+        if not pid or _pid_alive(pid):
             return
         with contextlib.suppress(sqlite3.Error):
             rw = _connect(self.path)
@@ -404,6 +395,16 @@ class RunReader:
     def sources(self, metric: str) -> list[str]:
         rows = self._con.execute("SELECT DISTINCT source FROM samples WHERE metric=?", (metric,))
         return sorted(r[0] for r in rows)
+
+    def latest(self, since_t: float) -> dict[tuple[str, str], float]:
+        """The newest value of every (source, metric) sampled at or after ``since_t``."""
+        rows = self._con.execute(
+            "SELECT s.source, s.metric, s.value FROM samples s JOIN (SELECT source, metric, "
+            "MAX(t) AS t FROM samples WHERE t >= ? GROUP BY source, metric) m "
+            "ON s.source = m.source AND s.metric = m.metric AND s.t = m.t",
+            (since_t,),
+        )
+        return {(src, metric): float(v) for src, metric, v in rows}
 
     def sample_count(self) -> int:
         return int(self._con.execute("SELECT COUNT(*) FROM samples").fetchone()[0])

@@ -85,7 +85,7 @@ def run_phase(
     progress.phase_start(epoch, epochs, phase, len(loader))
     grad = contextlib.nullcontext() if training else torch.no_grad()
     with grad:
-        for i, (x, y, bad_files) in enumerate(mon.loader(loader, phase=phase, epoch=epoch)):
+        for i, (x, y, bad_files) in enumerate(mon.loader(loader, phase=phase, epoch=epoch + 1)):
             bad.extend(bad_files)
             if len(y) == 0:  # every image of this batch was unreadable
                 continue
