@@ -81,3 +81,12 @@ def test_gain_is_capped_and_weak_verdicts_are_low() -> None:
                            verdict_note="insufficient steps: 8 steady-state steps"), cores=2)
     assert f is not None and "over 10× faster" in f["expected_gain"]
     assert f["severity"] == "low" and "few steps" in f["title"]
+
+
+def test_compute_bound_fix_leaves_out_what_the_run_already_used() -> None:
+    from stepscope.analysis.findings import _compute_fix
+
+    fix, gain = _compute_fix({"precision": "bf16", "channels_last": True})
+    assert fix.startswith("already uses bf16 autocast and channels_last") and gain is None
+    fix, gain = _compute_fix({"precision": "fp32", "channels_last": False})
+    assert "bf16 autocast and channels_last" in fix and gain

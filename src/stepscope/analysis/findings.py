@@ -112,7 +112,7 @@ def input_finding(agg: dict[str, Any], cores: float | None) -> Finding | None:
                     MEASURE_TUNE)
 
 
-def other_bound_finding(agg: dict[str, Any]) -> Finding | None:
+def other_bound_finding(agg: dict[str, Any], model: dict[str, Any] | None = None) -> Finding | None:
     """Transfer-, overhead- and compute-bound verdicts for an aggregated phase kind."""
     v = agg.get("verdict")
     kind = "training" if agg["phase"] == "train" else "validation"
@@ -137,11 +137,21 @@ def other_bound_finding(agg: dict[str, Any]) -> Finding | None:
         return _finding("compute_bound_train", "info",
                         f"Training is compute-bound: {fmt_pct(agg['compute_frac'])} of every step "
                         "is the model's own work", [_split_line(agg)],
-                        "bf16 autocast and channels_last, a larger batch, or for a frozen trunk "
-                        "precompute its features once",
-                        "bf16 measured 2.8× for InceptionResNetV2 on a CPU with AVX-512 BF16",
-                        MEASURE_COMPARE)
+                        *_compute_fix(model or {}), MEASURE_COMPARE)
     return None
+
+
+def _compute_fix(model: dict[str, Any]) -> tuple[str, str | None]:
+    """What is left to try on a compute-bound run, leaving out what it already used."""
+    tried = [x for x, used in (("bf16 autocast", model.get("precision") == "bf16"),
+                               ("channels_last", model.get("channels_last") is True)) if used]
+    if not tried:
+        return ("bf16 autocast and channels_last, a larger batch, or for a frozen trunk "
+                "precompute its features once",
+                "bf16 measured 2.8× for InceptionResNetV2 on a CPU with AVX-512 BF16")
+    return (f"already uses {' and '.join(tried)}: a larger batch, a smaller input size, a "
+            "lighter backbone, or (frozen trunk, no augmentation) cached features; or a GPU",
+            None)
 
 
 def gpu_util_findings(by_phase: dict[str, Any]) -> list[Finding]:
@@ -256,7 +266,8 @@ def build_findings(summary: dict[str, Any]) -> list[Finding]:
     for kind in ("train", "val"):
         agg = by_phase.get(kind)
         if agg:
-            out += [f for f in (input_finding(agg, cores), other_bound_finding(agg)) if f]
+            out += [f for f in (input_finding(agg, cores),
+                                other_bound_finding(agg, summary.get("model"))) if f]
     out += gpu_util_findings(by_phase)
     out += memory_findings(summary)
     out += dataset_findings(summary)

@@ -65,6 +65,11 @@ class MemoryProbe:
         mon.fact("mem.framework", "torch", "")
         mon.fact("env.device", str(self.device), "")
 
+    def record_precision(self, *, bf16: bool, bf16_supported: bool, channels_last: bool) -> None:
+        self.mon.fact("train.precision", "bf16" if bf16 else "fp32", "autocast dtype of the trunk")
+        self.mon.fact("train.channels_last", channels_last, "memory format of trunk and input")
+        self.mon.fact("env.bf16", bf16_supported, "CPU flags avx512_bf16/amx_bf16, or a bf16 GPU")
+
     @contextlib.contextmanager
     def first_step(self, x: torch.Tensor, training: bool) -> Iterator[None]:
         """Around the first training forward: count what autograd saves for backward."""
