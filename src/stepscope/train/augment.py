@@ -95,8 +95,7 @@ class AugmentParams:
     def to_dict(self) -> dict[str, Any]:
         """Plain YAML-safe mapping (tuples as lists), for config.yaml."""
         return {
-            k: list(v) if isinstance(v, tuple) else v
-            for k, v in dataclasses.asdict(self).items()
+            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
         }
 
 
@@ -145,7 +144,9 @@ def resolve_augment(spec: str) -> AugmentParams | None:
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise DataError(f"{path}: expected a mapping of augmentation keys, got {type(raw).__name__}")
+        raise DataError(
+            f"{path}: expected a mapping of augmentation keys, got {type(raw).__name__}"
+        )
     return augment_from_mapping(raw, source=str(path))
 
 
@@ -156,7 +157,7 @@ def augment_from_mapping(raw: Mapping[str, Any], source: str = "augment") -> Aug
         raise DataError(
             f"{source}: unknown augmentation key(s) {unknown}; valid keys: {list(AUGMENT_KEYS)}"
         )
-    values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items()}
+    values: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items()}
     try:
         params = AugmentParams(**values)
     except TypeError as exc:  # pragma: no cover - unknown keys are caught above
@@ -180,15 +181,18 @@ def _validate(p: AugmentParams, source: str) -> None:
         if not (non_negative(v) or (isinstance(v, tuple) and v and all(map(non_negative, v)))):
             raise bad(key, "a number ≥ 0 (fraction if < 1, else pixels) or a list of them")
     z = p.zoom_range
-    if not (non_negative(z) or (isinstance(z, tuple) and len(z) == 2 and all(map(non_negative, z))
-                                and z[0] <= z[1])):
+    if not (
+        non_negative(z)
+        or (isinstance(z, tuple) and len(z) == 2 and all(map(non_negative, z)) and z[0] <= z[1])
+    ):
         raise bad("zoom_range", "a number ≥ 0 or [lo, hi] with 0 ≤ lo ≤ hi")
     for key in ("horizontal_flip", "vertical_flip"):
         if not isinstance(getattr(p, key), bool):
             raise bad(key, "true or false")
     b = p.brightness_range
-    if b is not None and not (isinstance(b, tuple) and len(b) == 2
-                              and all(map(non_negative, b)) and b[0] <= b[1]):
+    if b is not None and not (
+        isinstance(b, tuple) and len(b) == 2 and all(map(non_negative, b)) and b[0] <= b[1]
+    ):
         raise bad("brightness_range", "[lo, hi] with 0 ≤ lo ≤ hi, or null")
     if p.fill_mode not in FILL_MODES:
         raise bad("fill_mode", f"one of {sorted(FILL_MODES)}")
@@ -241,8 +245,17 @@ def draw_transform(
     brightness = None
     if aug.brightness_range is not None:
         brightness = float(rng.uniform(aug.brightness_range[0], aug.brightness_range[1]))
-    return TransformDraw(float(theta), float(tx), float(ty), float(shear), float(zx), float(zy),
-                         flip_h, flip_v, brightness)
+    return TransformDraw(
+        float(theta),
+        float(tx),
+        float(ty),
+        float(shear),
+        float(zx),
+        float(zy),
+        flip_h,
+        flip_v,
+        brightness,
+    )
 
 
 def _draw_shift(shift_range: ShiftRange, size: int, rng: np.random.RandomState) -> float:
@@ -297,9 +310,7 @@ def _then(m: np.ndarray | None, nxt: np.ndarray) -> np.ndarray:
     return nxt if m is None else m @ nxt
 
 
-def fused_matrix(
-    d: TransformDraw, src_hw: tuple[int, int], out_hw: tuple[int, int]
-) -> np.ndarray:
+def fused_matrix(d: TransformDraw, src_hw: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
     """One 2×3 matrix, OpenCV (x, y) coordinates, mapping output pixels to SOURCE pixels.
 
     Composes, in (row, col) coordinates, source ← resize ← Keras affine ← flip:
@@ -359,14 +370,14 @@ def _pil_brightness(x: np.ndarray, factor: float) -> np.ndarray:
     """
     x_min, x_max = float(np.min(x)), float(np.max(x))
     local_scale = x_min < 0 or x_max > 255
-    y = x.astype(np.float32)
+    y: np.ndarray = x.astype(np.float32)
     if local_scale:
         y = y - y.min()
         if y.max() != 0:
             y = y / y.max()
         y = y * 255
     img = Image.fromarray(y.astype(np.uint8), "RGB")
-    out = np.asarray(ImageEnhance.Brightness(img).enhance(factor), dtype=np.float32)
+    out: np.ndarray = np.asarray(ImageEnhance.Brightness(img).enhance(factor), dtype=np.float32)
     if local_scale:
         out = out / 255 * (x_max - x_min) + x_min
     return out
@@ -387,9 +398,12 @@ def apply_fused(
     """Warp a uint8 HWC source once to the output size and apply brightness; returns uint8 HWC."""
     m = fused_matrix(d, (src.shape[0], src.shape[1]), out_hw)
     out = cv2.warpAffine(
-        src, m, (out_hw[1], out_hw[0]),
+        src,
+        m,
+        (out_hw[1], out_hw[0]),
         flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
-        borderMode=FILL_MODES[fill_mode], borderValue=(0, 0, 0),
+        borderMode=FILL_MODES[fill_mode],
+        borderValue=(0, 0, 0),
     )
     if d.brightness is not None:
         out = cv2.LUT(out, brightness_lut(d.brightness))
@@ -403,7 +417,12 @@ class ImageTransform:
     """Path → uint8 CHW tensor at `img_size`; see `create_transform`."""
 
     def __init__(
-        self, augment: AugmentParams | None, img_size: int, *, train: bool, backend: Backend,
+        self,
+        augment: AugmentParams | None,
+        img_size: int,
+        *,
+        train: bool,
+        backend: Backend,
         seed: int | None,
     ) -> None:
         if backend not in ("fused", "keras"):
@@ -466,14 +485,18 @@ class ImageTransform:
                 entropy += [] if self.seed is None else [self.seed]
                 bits = np.random.MT19937(np.random.SeedSequence(entropy))
                 self._rng = np.random.RandomState(bits)
-                # Each worker is one process per core: OpenCV's own thread pool in every worker
-                # would oversubscribe the cores the workers already fill.
-                cv2.setNumThreads(1)
+                # Not cv2.setNumThreads(1) here, though workers fill the cores already: OpenCV's
+                # pthreads pool cannot be resized in a forked child once the parent has used it
+                # (the call deadlocks; measured). Callers set it before creating the workers.
         return self._rng
 
 
 def create_transform(
-    augment: AugmentParams | None, img_size: int, *, train: bool, backend: Backend = "fused",
+    augment: AugmentParams | None,
+    img_size: int,
+    *,
+    train: bool,
+    backend: Backend = "fused",
     seed: int | None = None,
 ) -> ImageTransform:
     """Build the path → uint8 CHW tensor transform for training or validation.

@@ -95,8 +95,9 @@ def synth_dataset(
     train_csv, val_csv = out / "train.csv", out / "valid.csv"
     _write_csv(train_csv, train)
     _write_csv(val_csv, val)
-    return SynthSummary(out, image_dir, train_csv, val_csv, images, total_bytes, len(train),
-                        len(val))
+    return SynthSummary(
+        out, image_dir, train_csv, val_csv, images, total_bytes, len(train), len(val)
+    )
 
 
 def _split(
@@ -125,8 +126,9 @@ def _write_csv(path: Path, rows: list[tuple[str, str]]) -> None:
 
 def encode_jpeg(rgb: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
     """RGB uint8 → JPEG bytes (OpenCV/libjpeg-turbo, baseline, 4:2:0, deterministic)."""
-    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
-                           [cv2.IMWRITE_JPEG_QUALITY, quality])
+    ok, buf = cv2.imencode(
+        ".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality]
+    )
     if not ok:  # pragma: no cover - OpenCV only fails on invalid arrays
         raise DataError("OpenCV could not encode a synthetic image as JPEG")
     return bytes(buf.tobytes())
@@ -210,9 +212,8 @@ def _texture(rng: np.random.Generator, side: int, label: str) -> np.ndarray:
         wave = np.sin(u)
     else:
         v = ys * np.float32(np.cos(t)) - xs * np.float32(np.sin(t))
-        if rng.random() < 0.5:
-            wave = np.sin(u) * np.sin(v)  # checkerboard
-        else:
-            wave = np.cos(u) + np.cos(v) - 1.0  # spots on a lattice
+        checker = rng.random() < 0.5
+        # A checkerboard, or spots on a lattice.
+        wave = np.sin(u) * np.sin(v) if checker else np.cos(u) + np.cos(v) - 1.0
     # A soft square wave: sharp enough to read as a pattern, smooth enough to compress sanely.
     return np.clip(0.5 + 1.5 * wave, 0.0, 1.0).astype(np.float32, copy=False)
