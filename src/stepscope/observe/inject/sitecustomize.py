@@ -1,0 +1,103 @@
+"""Loaded by ``site`` at start-up of the Python under ``stepscope watch`` (this directory is put
+first on its PYTHONPATH). It installs post-import hooks for PyTorch, Keras and Lightning, then
+runs the ``sitecustomize`` this one shadows, if any (on the user's PYTHONPATH or in
+site-packages), so the user's start-up customisation keeps working.
+
+Only the first Python process of the watched command takes the pipe: it removes the watch
+variables and restores the original PYTHONPATH in its own environment, so the processes it
+starts (spawned DataLoader workers, tools it runs) are left exactly as they would be unwatched.
+Nothing here may raise into the user's program: a hook that fails is a note in the run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+FD_VAR = "STEPSCOPE_WATCH_FD"
+PYTHONPATH_VAR = "STEPSCOPE_WATCH_PYTHONPATH"
+
+
+def _restore_environment() -> str | None:
+    """Drop the watch variables and our directory from this process's environment."""
+    fd = os.environ.pop(FD_VAR, None)
+    original = os.environ.pop(PYTHONPATH_VAR, None)
+    if original is not None:
+        value = json.loads(original)
+        if value is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = value
+    return fd
+
+
+def _install(fd_text: str) -> None:
+    # Imported now, while this directory is still on sys.path (it leaves it below).
+    import stepscope_watch_imports as imports
+    import stepscope_watch_keras
+    import stepscope_watch_lightning
+    import stepscope_watch_recorder as recorder
+    import stepscope_watch_torch
+
+    fd = int(fd_text)
+    # Exec'd children must not hold the pipe open (the parent reads until every writer exits);
+    # forked ones still inherit it, and the channel keeps them from writing.
+    os.set_inheritable(fd, False)
+    rec = recorder.create_recorder(fd)
+
+    def on_error(name: str, exc: BaseException) -> None:
+        rec.note("watch", f"hooks for {name} not installed: {type(exc).__name__}: {exc}")
+
+    def imported(name: str) -> None:
+        rec.send(["I", name], urgent=True)
+
+    def torch_hook(module: object) -> None:
+        imported("torch")
+        stepscope_watch_torch.install(module, rec, recorder.count_images)
+
+    def keras_hook(module: object) -> None:
+        imported("keras")
+        stepscope_watch_keras.install(module, rec)
+
+    def lightning_hook(module: object) -> None:
+        stepscope_watch_lightning.install(module, rec, recorder.count_images)
+
+    hooks = {
+        "torch": torch_hook,
+        "keras": keras_hook,
+        "lightning.pytorch": lightning_hook,
+        "pytorch_lightning": lightning_hook,
+        "tensorflow": lambda m: imported("tensorflow"),
+        "jax": lambda m: imported("jax"),
+    }
+    imports.PostImportFinder(hooks, on_error).install()
+
+
+def _chain() -> None:
+    """Import the next ``sitecustomize`` on the path, the one ours shadows."""
+    ours = sys.modules.pop("sitecustomize", None)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    try:
+        importlib.import_module("sitecustomize")
+    except ModuleNotFoundError as exc:
+        if exc.name != "sitecustomize":
+            raise
+        if ours is not None:
+            sys.modules["sitecustomize"] = ours
+
+
+def _main() -> None:
+    fd = _restore_environment()
+    if fd is not None:
+        try:
+            _install(fd)
+        except Exception as exc:  # watching must never stop the program from running
+            print(f"stepscope watch: hooks not installed ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)
+    _chain()
+
+
+_main()

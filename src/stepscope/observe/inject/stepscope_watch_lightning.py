@@ -1,0 +1,96 @@
+"""Lightning hooks for ``stepscope watch``, installed after ``lightning.pytorch`` or
+``pytorch_lightning`` is imported. UNTESTED: Lightning is not installed where stepscope is
+developed; every step is guarded so a mismatch costs the step timing, never the run.
+
+``Trainer.__init__`` gets one more callback; ``Trainer.fit``/``validate``/``test``/``predict``
+mark a framework loop, so the plain-PyTorch DataLoader and optimizer hooks stand aside while
+Lightning's own hooks time the steps: train epoch start opens a train phase, validation epoch
+start a val phase of the current epoch (sanity-check validation is not recorded); data wait runs
+from the previous batch end to the batch-start hook, compute from batch start to batch end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_recorder import Recorder
+
+
+def install(pl: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -> None:
+    """Patch a Lightning package (``lightning.pytorch`` or ``pytorch_lightning``)."""
+    trainer_cls = pl.Trainer
+    callback = _callback_class(pl, rec, count_images)
+    orig_init = trainer_cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        cbs = kwargs.get("callbacks")
+        if cbs is None:
+            kwargs["callbacks"] = [callback()]
+        elif isinstance(cbs, (list, tuple)):
+            kwargs["callbacks"] = [*cbs, callback()]
+        else:
+            kwargs["callbacks"] = [cbs, callback()]
+        orig_init(self, *args, **kwargs)
+
+    trainer_cls.__init__ = __init__
+    for name in ("fit", "validate", "test", "predict"):
+        orig = getattr(trainer_cls, name, None)
+        if orig is not None:
+            setattr(trainer_cls, name, _framework_loop(orig, rec))
+
+
+def _framework_loop(orig: Callable[..., Any], rec: Recorder) -> Callable[..., Any]:
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rec.framework_depth += 1
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            rec.framework_depth -= 1
+            rec.cb_phase_end()
+
+    wrapper.__name__ = getattr(orig, "__name__", "loop")
+    return wrapper
+
+
+def _callback_class(pl: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -> type:
+    def no_images(first: int, last: int) -> int:
+        return 0
+
+    base: Any = pl.Callback
+
+    class StepscopeWatchLightningCallback(base):
+        """Turns Lightning loop hooks into stepscope phases and steps."""
+
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            rec.cb_phase_begin("train", no_images)
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            rec.cb_phase_end()
+
+        def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            if not getattr(trainer, "sanity_checking", False):
+                rec.cb_phase_begin("val", no_images)
+
+        def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            rec.cb_phase_end()
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                                 batch_idx: int) -> None:
+            rec.cb_batch_begin(batch_idx)
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                               batch_idx: int) -> None:
+            rec.cb_batch_end(batch_idx, count_images(batch))
+
+        def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                                      batch_idx: int, dataloader_idx: int = 0) -> None:
+            rec.cb_batch_begin(batch_idx)
+
+        def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any,
+                                    batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            rec.cb_batch_end(batch_idx, count_images(batch))
+
+    return StepscopeWatchLightningCallback

@@ -1,0 +1,338 @@
+"""The child side of ``stepscope watch``: turns loop events into step and phase records and sends
+them to the watching parent over an inherited pipe, one JSON array per line.
+
+This module runs inside the user's interpreter, which may not be stepscope's: it imports only the
+standard library and never the stepscope package. The parent is the only writer of the run
+database; the child only talks to the pipe.
+
+Why the pipe is cheap: lines are buffered in a list and written with one ``os.write`` at most
+every ``FLUSH_EVERY_S`` (or at phase boundaries, whose io/residency readings the parent wants
+on time). A step costs one ``json.dumps`` of a dozen numbers, a few microseconds.
+
+What each step number includes (the same frame as ``stepscope train``: a step runs from the
+moment the loop asks the loader for a batch to the moment it asks for the next one):
+
+- ``data_wait_s``: blocked in the loader's ``__next__`` (the first step of a phase also pays for
+  creating the iterator, which starts the DataLoader workers). Keras/Lightning: from the end of
+  the previous batch (or the phase start) to the batch-begin callback.
+- ``transfer_s``: ``Tensor.to``/``Tensor.cuda`` calls that moved a tensor to a non-CPU device,
+  on the main thread, CPU-side time (a ``non_blocking`` copy only costs its launch here).
+- ``compute_s``: training steps with an ``optimizer.step()``: from the batch's arrival to the end
+  of the step's last ``optimizer.step()``, minus the transfers before it. Validation steps, and
+  training steps without an optimizer step (gradient accumulation): everything after the batch's
+  arrival minus transfers. Keras/Lightning: batch-begin to batch-end callback.
+- ``other_s``: the rest (after the optimizer step: logging, metrics, ``loss.item()``...).
+
+On a GPU these are CPU-side times: work the GPU still has queued lands where the CPU waits for
+it (a blocking copy, ``.item()``), not where it was launched.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+WARMUP_STEPS = 3  # as stepscope.observe.monitor.DEFAULT_WARMUP_STEPS
+FLUSH_EVERY_S = 0.5
+FLUSH_LINES = 512
+PERIODIC_EVERY_S = 1.0
+MAX_DATASET_FILES = 500_000
+# One encoder for every line: json.dumps with non-default options builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
+
+class Channel:
+    """Buffered JSON-lines writer to the parent's pipe; silently stops if the parent is gone."""
+
+    def __init__(self, fd: int, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._fd = fd
+        self._clock = clock
+        self._lines: list[str] = []
+        self._last_flush = clock()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self.broken = False
+
+    def send(self, msg: list[Any], *, urgent: bool = False) -> None:
+        line = _encode(msg)
+        with self._lock:
+            self._lines.append(line)
+            due = (urgent or len(self._lines) >= FLUSH_LINES
+                   or self._clock() - self._last_flush >= FLUSH_EVERY_S)
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        # A forked process (a DataLoader worker) inherits the buffer and the fd; only the process
+        # that opened the channel may write, or lines would arrive twice.
+        if os.getpid() != self._pid:
+            return
+        with self._lock:
+            lines, self._lines = self._lines, []
+            self._last_flush = self._clock()
+            if not lines or self.broken:
+                return
+            data = ("\n".join(lines) + "\n").encode()
+            try:
+                while data:
+                    data = data[os.write(self._fd, data):]
+            except OSError:  # the parent closed its end: keep training, stop reporting
+                self.broken = True
+
+
+class PhaseState:
+    """One epoch x phase as the child sees it; ``seq`` numbers phases in this process."""
+
+    __slots__ = ("ended", "epoch", "images", "phase", "seq", "steps", "warm")
+
+    def __init__(self, seq: int, epoch: int, phase: str, warm: int) -> None:
+        self.seq, self.epoch, self.phase, self.warm = seq, epoch, phase, warm
+        self.steps = 0
+        self.images = 0
+        self.ended = False
+
+
+class OpenStep:
+    """The step being timed; times are ``perf_counter`` readings."""
+
+    __slots__ = ("images", "phase", "t_batch", "t_opt", "t_start", "transfer_at_opt_s",
+                 "transfer_s")
+
+    def __init__(self, phase: PhaseState, t_start: float, t_batch: float, images: int) -> None:
+        self.phase, self.t_start, self.t_batch, self.images = phase, t_start, t_batch, images
+        self.transfer_s = 0.0
+        self.t_opt: float | None = None
+        self.transfer_at_opt_s = 0.0
+
+
+class Recorder:
+    """Step, phase and fact bookkeeping shared by the framework hooks of one process.
+
+    Args:
+        channel: where records go.
+        clock: monotonic clock for durations; records carry Unix time.
+    """
+
+    def __init__(self, channel: Channel, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.channel = channel
+        self.clock = clock
+        self.pid = os.getpid()
+        self.main_thread_id = threading.get_ident()
+        self._offset = time.time() - clock()
+        self.epoch = -1
+        self._seq = 0
+        self._warm_phases: set[str] = set()
+        self.open_phases: list[PhaseState] = []
+        self.step: OpenStep | None = None
+        self.framework_depth = 0  # > 0 inside Keras/Lightning loops: their callbacks time steps
+        self.last_mode_eval = False  # the last outermost nn.Module.train(mode) call had mode False
+        self.train_depth = 0
+        self.roots: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.periodic: list[Callable[[], None]] = []
+        self._last_periodic = clock()
+        self._sent: set[str] = set()
+        self._seen_datasets: set[int] = set()
+        self.cb_phase: PhaseState | None = None
+        self._cb_mark = 0.0
+        self.cb_images: Callable[[int, int], int] = lambda first, last: 0
+        self._cb_first = 0
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def unix(self, t: float) -> float:
+        return t + self._offset
+
+    def send(self, msg: list[Any], *, urgent: bool = False) -> None:
+        self.channel.send(msg, urgent=urgent)
+
+    def once(self, key: str) -> bool:
+        """True the first time ``key`` is asked for (one-off notes and facts)."""
+        if key in self._sent:
+            return False
+        self._sent.add(key)
+        return True
+
+    def note(self, source: str, text: str) -> None:
+        self.send(["N", source, text])
+
+    def fact(self, key: str, value: Any, how: str) -> None:
+        self.send(["F", key, value, how])
+
+    def owner(self) -> bool:
+        """True in the process that opened the pipe (not in a forked worker)."""
+        return os.getpid() == self.pid
+
+    # -- phases --------------------------------------------------------------------------------
+    def begin_phase(self, phase: str, workers: int | None, t: float) -> PhaseState:
+        """Open a phase at ``t``. A new train phase is a new epoch; val belongs to the current one.
+
+        Phases left open by a loop that broke out early are closed here: every open val phase,
+        and every open train phase when a new train phase starts (a val loop nested in a train
+        loop leaves the train phase open, so its later steps still find it).
+        """
+        self.end_step(t)
+        for ph in list(self.open_phases):
+            if ph.phase == "val" or phase == "train":
+                self.end_phase(ph, t)
+        if phase == "train":
+            self.epoch += 1
+        epoch = max(self.epoch, 0)
+        warm = 0 if phase in self._warm_phases else WARMUP_STEPS
+        self._warm_phases.add(phase)
+        ph = PhaseState(self._seq, epoch, phase, warm)
+        self._seq += 1
+        self.open_phases.append(ph)
+        self.send(["P", ph.seq, epoch, phase, self.unix(t), workers], urgent=True)
+        return ph
+
+    def end_phase(self, ph: PhaseState, t: float) -> None:
+        if ph.ended:
+            return
+        if self.step is not None and self.step.phase is ph:
+            self.end_step(t)
+        ph.ended = True
+        if ph in self.open_phases:
+            self.open_phases.remove(ph)
+        self.send(["E", ph.seq, self.unix(t), ph.steps, ph.images], urgent=True)
+
+    # -- steps ---------------------------------------------------------------------------------
+    def begin_step(self, ph: PhaseState, t_start: float, t_batch: float, images: int) -> None:
+        self.step = OpenStep(ph, t_start, t_batch, images)
+
+    def end_step(self, t: float) -> None:
+        """Close the open step at ``t`` (the start of the next data wait) and send it."""
+        s = self.step
+        if s is None:
+            return
+        self.step = None
+        ph = s.phase
+        wall = max(t - s.t_start, 0.0)
+        wait = max(s.t_batch - s.t_start, 0.0)
+        if s.t_opt is not None and ph.phase == "train":
+            compute = max(s.t_opt - s.t_batch - s.transfer_at_opt_s, 0.0)
+        else:
+            compute = max(wall - wait - s.transfer_s, 0.0)
+        other = max(wall - wait - s.transfer_s - compute, 0.0)
+        index = ph.steps
+        ph.steps += 1
+        ph.images += s.images
+        self.send(["S", ph.seq, index, self.unix(s.t_start), wall, wait, s.transfer_s, compute,
+                   other, s.images, index < ph.warm])
+        if t - self._last_periodic >= PERIODIC_EVERY_S:
+            self._last_periodic = t
+            for fn in self.periodic:
+                try:
+                    fn()
+                except Exception as exc:  # a telemetry read must never break training
+                    self.periodic.remove(fn)
+                    self.note("watch", f"periodic reading disabled: {type(exc).__name__}: {exc}")
+
+    def add_transfer(self, dt: float) -> None:
+        if self.step is not None:
+            self.step.transfer_s += dt
+
+    def optimizer_stepped(self, t: float) -> None:
+        s = self.step
+        if s is not None:
+            s.t_opt = t
+            s.transfer_at_opt_s = s.transfer_s
+
+    # -- callback-driven loops (Keras, Lightning) ---------------------------------------------
+    def cb_phase_begin(self, phase: str, images: Callable[[int, int], int]) -> None:
+        """A framework loop starts a phase; ``images(first, last)`` counts a batch's images."""
+        t = self.clock()
+        if self.cb_phase is not None:
+            self.end_phase(self.cb_phase, t)
+        self.cb_phase = self.begin_phase(phase, None, t)
+        self.cb_images = images
+        self._cb_mark = t
+
+    def cb_phase_end(self) -> None:
+        if self.cb_phase is not None:
+            self.end_phase(self.cb_phase, self.clock())
+            self.cb_phase = None
+
+    def cb_batch_begin(self, first: int) -> None:
+        t = self.clock()
+        if self.cb_phase is None:
+            return
+        self.end_step(t)
+        self._cb_first = first
+        self.begin_step(self.cb_phase, self._cb_mark, t, 0)
+
+    def cb_batch_end(self, last: int, images: int | None = None) -> None:
+        t = self.clock()
+        if self.step is None or self.step.phase is not self.cb_phase:
+            return
+        self.step.images = self.cb_images(self._cb_first, last) if images is None else images
+        self.end_step(t)
+        self._cb_mark = t
+
+    # -- datasets and exit ----------------------------------------------------------------------
+    def dataset_files(self, dataset: Any) -> None:
+        """Send the files of a file-backed dataset once (ImageFolder-style ``samples``)."""
+        if id(dataset) in self._seen_datasets:
+            return
+        self._seen_datasets.add(id(dataset))
+        files = find_dataset_files(dataset)
+        if files:
+            self.send(["D", files[:MAX_DATASET_FILES]], urgent=True)
+
+    def at_exit(self) -> None:
+        if not self.owner():
+            return
+        t = self.clock()
+        self.end_step(t)
+        for ph in list(self.open_phases):
+            self.end_phase(ph, t)
+        self.channel.flush()
+
+
+def find_dataset_files(dataset: Any, depth: int = 0) -> list[str]:
+    """Paths of a dataset's files: torchvision ``DatasetFolder``/``ImageFolder`` (``samples``),
+    through ``Subset`` (``dataset``) and ``ConcatDataset`` (``datasets``). Empty if unknown."""
+    if depth > 4:
+        return []
+    samples = getattr(dataset, "samples", None)
+    if isinstance(samples, list) and samples:
+        first = samples[0]
+        path = first[0] if isinstance(first, (tuple, list)) and first else first
+        if isinstance(path, str) and os.path.isfile(path):
+            return [s[0] if isinstance(s, (tuple, list)) else s for s in samples]
+    inner = getattr(dataset, "datasets", None)
+    if isinstance(inner, (list, tuple)):
+        out: list[str] = []
+        for d in inner:
+            out += find_dataset_files(d, depth + 1)
+        return out
+    base = getattr(dataset, "dataset", None)
+    return find_dataset_files(base, depth + 1) if base is not None else []
+
+
+def count_images(batch: Any) -> int:
+    """Images in a batch: the length of its first tensor-like element (as Monitor counts)."""
+    first = batch
+    while isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    if isinstance(first, dict) and first:
+        first = next(iter(first.values()))
+    shape = getattr(first, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    try:
+        return len(first)
+    except TypeError:
+        return 1
+
+
+def create_recorder(fd: int) -> Recorder:
+    """The process's recorder on pipe ``fd``; flushes what is left at interpreter exit."""
+    rec = Recorder(Channel(fd))
+    atexit.register(rec.at_exit)
+    rec.send(["H", os.getpid()], urgent=True)
+    return rec
