@@ -126,3 +126,24 @@ def test_an_already_cached_dataset_is_not_called_cold(tmp_path: Path) -> None:
     disk = _by_title(answers, "disk")
     assert disk.title == "Why the disk stayed idle"
     assert not any("in RAM" in a.title for a in answers)
+
+
+def _tv(augment: str, lt: float, lv: float) -> str:
+    from stepscope.analysis.explain import train_vs_val
+
+    phase = {"images_per_s": 10.0, "data_wait_ms_per_image": 5.0, "compute_ms_per_image": 50.0,
+             "verdict": "compute-bound", "data_wait_frac": 0.05}
+    s = {"run": {"augment": augment},
+         "by_phase": {"train": {**phase, "loader_cpu_ms_per_image": lt},
+                      "val": {**phase, "images_per_s": 20.0, "data_wait_ms_per_image": 1.0,
+                              "compute_ms_per_image": 20.0, "loader_cpu_ms_per_image": lv}}}
+    out = train_vs_val(s)
+    assert out is not None
+    return out[1]
+
+
+def test_not_augmented_reason_needs_augmentation_and_cheaper_loading() -> None:
+    assert "not augmented" in _tv("seed", lt=8.0, lv=2.0)
+    assert "not augmented" not in _tv("none", lt=8.0, lv=2.0)  # nothing was augmented
+    assert "not augmented" not in _tv("seed", lt=0.7, lv=2.6)  # the loader's CPU contradicts it
+    assert "no backward" in _tv("none", lt=8.0, lv=2.0)

@@ -24,6 +24,7 @@ from stepscope.analysis.phases import (
     steady_split,
     summarize_phase,
 )
+from stepscope.analysis.ranks import add_rank_stores
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import decide_verdict
 from stepscope.store.db import RunReader
@@ -70,6 +71,8 @@ def _run_section(run: RunInfo, cache: SampleCache) -> dict[str, Any]:
         "started": run.started, "ended": run.ended, "kind": run.kind,
         "seconds": None if ended is None else max(0.0, ended - run.started),
         "world_size": run.world_size, "rank": run.rank, "exit_code": run.exit_code,
+        # The trainer's augmentation ("seed", "none", a YAML file); None for other loops.
+        "augment": run.config.get("augment"),
     }
 
 
@@ -217,7 +220,9 @@ def _facts_sections(facts: dict[str, Fact], cache: SampleCache, cores: float | N
         "model": {"name": _fact(facts, "model.name"), "params": _fact(facts, "model.params"),
                   "trainable_params": _fact(facts, "model.trainable_params"),
                   "file_bytes": _fact(facts, "model.file_bytes"),
-                  "framework": _fact(facts, "mem.framework")},
+                  "framework": _fact(facts, "mem.framework"),
+                  "precision": _fact(facts, "train.precision"),
+                  "channels_last": _fact(facts, "train.channels_last")},
         "host": {"cores": cores, "mem_total_bytes": mem_total,
                  "mem_available_min_bytes": cache.get("host", "mem_available_bytes").min(),
                  "bf16": _fact(facts, "env.bf16")},
@@ -320,6 +325,8 @@ def write_summary(run_dir: Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     with RunReader(run_dir) as reader:
         summary = build_summary(reader)
+    # A distributed run: rank 0 wrote run.db, the others run.rank<k>.db; merge their view.
+    add_rank_stores(summary, run_dir)
     target = run_dir / SUMMARY_NAME
     tmp = target.with_name(f".{SUMMARY_NAME}.{os.getpid()}.tmp")
     # Write-then-rename: a reader (the live report, `compare`) never sees half a file.

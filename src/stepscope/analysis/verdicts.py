@@ -134,9 +134,16 @@ def _cpu_saturated(ev: InputEvidence) -> list[str]:
         lines.append(
             f"workers=0: the training process loads inline at {ev.main_cpu_pct:.0f} % of a core"
         )
-    if ev.host_cpu_pct is not None and ev.host_cpu_pct >= CORES_BUSY_PCT:
+    if ev.host_cpu_pct is not None and ev.host_cpu_pct >= CORES_BUSY_PCT \
+            and not _loaders_in_disk_wait(ev):
         lines.append(f"all cores busy: host CPU {ev.host_cpu_pct:.0f} % on average")
     return lines
+
+
+def _loaders_in_disk_wait(ev: InputEvidence) -> bool:
+    """Loader processes asleep on the disk are not short of CPU: busy cores (other processes
+    on a shared machine) are then beside the point, whatever the host's figure."""
+    return ev.disk_wait_frac is not None and ev.disk_wait_frac >= DISK_WAIT_HIGH_FRAC
 
 
 def _cold_reads(ev: InputEvidence) -> list[str]:

@@ -37,7 +37,6 @@ from typing import Any, Literal
 
 import cv2
 import numpy as np
-import scipy.ndimage
 import torch
 import yaml
 from PIL import Image, ImageEnhance
@@ -344,6 +343,9 @@ def apply_reference(x: np.ndarray, d: TransformDraw, fill_mode: str = "nearest")
     scipy.ndimage.affine_transform per channel (order=1: bilinear; mode=fill_mode, cval 0),
     then horizontal and vertical flips, then PIL brightness, in Keras's order. Returns float32.
     """
+    # SciPy only for this faithful reference path: the fused path and GPU machines need none.
+    import scipy.ndimage
+
     m = keras_matrix(d, x.shape[0], x.shape[1])
     if m is not None:
         channels = [

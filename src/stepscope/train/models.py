@@ -242,7 +242,10 @@ def create_model(
     full, source = _build_imagenet_model(name, "none" if path_weights else weights)
     trunk, _ = _split_classifier(full)
     out_features = 1 if num_classes == 2 else num_classes
-    head = nn.Linear(int(vars(trunk)["num_features"]), out_features)
+    # Models with a conv after pooling (MobileNetV3, LCNet) emit head_hidden_size features,
+    # not num_features, once their classifier is reset.
+    width = getattr(trunk, "head_hidden_size", None) or vars(trunk)["num_features"]
+    head = nn.Linear(int(width), out_features)
     model = TransferModel(
         trunk, head, num_classes=num_classes, model_name=name, weights_source=source
     )

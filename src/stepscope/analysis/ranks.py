@@ -1,0 +1,438 @@
+"""One picture of a distributed run from its per-rank stores (``run.db``, ``run.rank<k>.db``).
+
+Every rank records its own store (train/distributed.py). This module reads several of them and
+answers: how fast each rank went, how its steps split, how long the gradient all-reduce took,
+which rank the others waited for, and why.
+
+Why stragglers are found by *busy* time, not throughput: DDP is synchronous. Every rank's
+``backward()`` waits in the all-reduce until the slowest rank's gradients arrive, so all ranks
+finish every step together and show the same images/s. What differs is how the step is spent:
+the slow rank is busy (data wait + copy + compute + other) for most of it, the others finish
+early and spend the difference in ``comm_s``. A rank's *busy* time is ``wall_s - comm_s``.
+
+A straggler is a rank whose busy time, over the training steps all ranks share (warm-up left
+out), is at least ``STRAGGLER_EXCESS_FRAC`` above the median of the other ranks' and which is
+the busiest rank in at least ``STRAGGLER_CONSISTENT_FRAC`` of those steps (consistently, not
+once). Its cause is the part of the step with the largest excess over the other ranks' median:
+``input`` (data wait), ``compute``, ``transfer`` or ``overhead``; for ``input`` the rank's own
+phase analysis adds why (``storage``, ``cpu``, ``workers``), with its loader CPU and disk reads.
+Validation runs no collective per step, so only training steps decide.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio
+from stepscope.analysis.phases import (
+    PhaseContext,
+    StepSplit,
+    split_fields,
+    summarize_phase,
+)
+from stepscope.analysis.samples import SampleCache
+from stepscope.analysis.verdicts import BOUND_FRAC, decide_verdict
+from stepscope.store.db import RunReader
+from stepscope.store.records import StepRecord
+
+STRAGGLER_EXCESS_FRAC = 0.15
+STRAGGLER_CONSISTENT_FRAC = 0.6
+MIN_EXCESS_S = 0.001  # below a millisecond per step, scheduling noise: nobody is a straggler
+COMM_BOUND_FRAC = BOUND_FRAC
+PARTS = {"data_wait": "input", "compute": "compute", "transfer": "transfer", "other": "overhead"}
+COMM_S_INCLUDES = (
+    "comm_s: wall time during which at least one gradient all-reduce was in flight (DDP comm "
+    "hook: bucket handed over → all-reduce future completed, union over buckets); includes "
+    "waiting for slower ranks; taken out of compute_s"
+)
+RANK_DB_GLOB = "run.rank*.db"
+
+StepKey = tuple[int, int]  # (epoch, step) of a training step
+
+
+@dataclass
+class RankData:
+    """What one rank's store says, reduced to what the merge compares."""
+
+    rank: int
+    world_size: int
+    host: str | None
+    local_rank: int | None
+    train_steps: dict[StepKey, StepRecord] = field(default_factory=dict)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+
+
+def find_rank_stores(run_dir: Path) -> list[str]:
+    """Store names of the ranks other than 0 in ``run_dir`` (``run.rank<k>.db``), by rank."""
+    names = [p.name for p in Path(run_dir).glob(RANK_DB_GLOB)]
+    return sorted(names, key=lambda n: int(n.removeprefix("run.rank").removesuffix(".db")))
+
+
+def load_rank(reader: RunReader) -> RankData:
+    """Read one rank's run row, training steps and summarized phases."""
+    run = reader.run()
+    facts = reader.facts()
+    processes = reader.processes()
+    mains = [p.pid for p in processes if p.role == "main"]
+    ctx = PhaseContext(cache=SampleCache(reader), processes=processes,
+                       main_pid=mains[0] if mains else (run.pid or None), gpu_index=None)
+    steps_by_phase: dict[int, list[StepRecord]] = {}
+    for s in reader.steps():
+        steps_by_phase.setdefault(s.phase_id, []).append(s)
+    data = RankData(rank=run.rank, world_size=run.world_size,
+                    host=_fact_value(facts, "dist.host"),
+                    local_rank=_fact_value(facts, "dist.local_rank"))
+    for ph in reader.phases():
+        steps = steps_by_phase.get(ph.phase_id, [])
+        data.phases.append(summarize_phase(ph, steps, ctx))
+        if ph.phase == "train":
+            for s in steps:
+                data.train_steps[(ph.epoch, s.step)] = s
+    return data
+
+
+def _fact_value(facts: dict[str, Any], key: str) -> Any:
+    f = facts.get(key)
+    return None if f is None else f.value
+
+
+def _aligned_keys(ranks: Sequence[RankData]) -> list[StepKey]:
+    """Training steps every rank recorded; steady ones only when there are any."""
+    common = set.intersection(*(set(r.train_steps) for r in ranks)) if ranks else set()
+    steady = [k for k in common if not any(r.train_steps[k].warmup for r in ranks)]
+    return sorted(steady or common)
+
+
+def _busy_s(s: StepRecord) -> float:
+    return max(0.0, s.wall_s - s.comm_s)
+
+
+def _part_s(s: StepRecord, part: str) -> float:
+    return float(getattr(s, f"{part}_s"))
+
+
+def _others_median(ranks: Sequence[RankData], k: int, key: StepKey, fn: Any) -> float:
+    return statistics.median(fn(r.train_steps[key]) for i, r in enumerate(ranks) if i != k)
+
+
+@dataclass
+class Excess:
+    """How rank ``k`` compares with the median of the other ranks over the aligned steps."""
+
+    busy_s: float = 0.0
+    others_busy_s: float = 0.0
+    slowest_steps: int = 0
+    steps: int = 0
+    parts_s: dict[str, float] = field(default_factory=dict)
+    others_parts_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        return self.busy_s / self.others_busy_s if self.others_busy_s > 0 else None
+
+    @property
+    def per_step_s(self) -> float:
+        return (self.busy_s - self.others_busy_s) / self.steps if self.steps else 0.0
+
+
+def compare_rank(ranks: Sequence[RankData], k: int, keys: Sequence[StepKey]) -> Excess:
+    """Rank ``k``'s busy time and step parts against the other ranks', step by step."""
+    ex = Excess(parts_s=dict.fromkeys(PARTS, 0.0), others_parts_s=dict.fromkeys(PARTS, 0.0))
+    for key in keys:
+        mine = ranks[k].train_steps[key]
+        busy = [_busy_s(r.train_steps[key]) for r in ranks]
+        ex.busy_s += busy[k]
+        ex.others_busy_s += _others_median(ranks, k, key, _busy_s)
+        ex.slowest_steps += busy[k] >= max(busy)
+        ex.steps += 1
+        for part in PARTS:
+            ex.parts_s[part] += _part_s(mine, part)
+            ex.others_parts_s[part] += _others_median(
+                ranks, k, key, lambda s, p=part: _part_s(s, p))
+    return ex
+
+
+def is_straggler(ex: Excess) -> bool:
+    """Consistently and clearly busier than the other ranks (see module doc)."""
+    if ex.steps == 0 or ex.ratio is None:
+        return False
+    return (ex.ratio >= 1.0 + STRAGGLER_EXCESS_FRAC
+            and ex.slowest_steps / ex.steps >= STRAGGLER_CONSISTENT_FRAC
+            and ex.per_step_s >= MIN_EXCESS_S)
+
+
+def straggler_cause(ex: Excess) -> str:
+    """The part of the step with the largest excess over the other ranks."""
+    part = max(PARTS, key=lambda p: ex.parts_s[p] - ex.others_parts_s[p])
+    return PARTS[part]
+
+
+def _train_phases(data: RankData) -> list[dict[str, Any]]:
+    return [p for p in data.phases if p["phase"] == "train"]
+
+
+def _weighted(rows: list[dict[str, Any]], key: str) -> float | None:
+    pairs = [(r[key], r["seconds"]) for r in rows if r.get(key) is not None]
+    total = sum(s for _, s in pairs)
+    if not pairs:
+        return None
+    return sum(v * s for v, s in pairs) / total if total > 0 else pairs[0][0]
+
+
+def _sum_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return sum(vals) if vals else None
+
+
+def _dominant_input_cause(rows: list[dict[str, Any]]) -> tuple[str | None, list[str]]:
+    by_cause: dict[str, float] = {}
+    for p in rows:
+        if p.get("input_cause"):
+            by_cause[p["input_cause"]] = by_cause.get(p["input_cause"], 0.0) + p["seconds"]
+    if not by_cause:
+        return None, []
+    cause = max(by_cause, key=by_cause.__getitem__)
+    best = max((p for p in rows if p.get("input_cause") == cause), key=lambda p: p["seconds"])
+    return cause, list(best.get("input_evidence") or [])
+
+
+def rank_row(data: RankData, keys: Sequence[StepKey]) -> dict[str, Any]:
+    """One entry of ``summary["ranks"]`` before the straggler fields are added."""
+    train = _train_phases(data)
+    split = StepSplit()
+    for key in keys:
+        split.add(data.train_steps[key])
+    seconds = sum(p["seconds"] for p in train)
+    images = sum(p["images"] for p in train)
+    fields = split_fields(split)
+    cause, evidence = _dominant_input_cause(train)
+    worker_cpu = [c for p in train for c in (p.get("worker_cpu_pct") or [])]
+    return {
+        "rank": data.rank, "host": data.host, "local_rank": data.local_rank,
+        "images": images, "seconds": seconds,
+        "images_per_s": images / seconds if seconds > 0 else None,
+        "steps_compared": split.steps,
+        **{k: fields[k] for k in ("data_wait_frac", "transfer_frac", "compute_frac",
+                                  "comm_frac", "other_frac")},
+        "step_ms": _ms(split.per_step(split.wall_s)),
+        "busy_ms_per_step": _ms(split.per_step(split.wall_s - split.comm_s)),
+        "data_wait_ms_per_step": _ms(split.per_step(split.data_wait_s)),
+        "compute_ms_per_step": _ms(split.per_step(split.compute_s)),
+        "comm_ms_per_step": _ms(split.per_step(split.comm_s)),
+        "workers": train[-1]["workers"] if train else None,
+        "main_cpu_pct": _weighted(train, "main_cpu_pct"),
+        "worker_cpu_pct": sum(worker_cpu) / len(worker_cpu) if worker_cpu else None,
+        "host_cpu_pct": _weighted(train, "cpu_util_pct"),
+        "disk_read_bytes": _sum_of(train, "disk_read_bytes"),
+        "input_cause": cause, "input_evidence": evidence,
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def _others(rows: list[dict[str, Any]], k: int, key: str) -> float | None:
+    vals = [r[key] for i, r in enumerate(rows) if i != k and r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def straggler_evidence(rows: list[dict[str, Any]], k: int, ex: Excess, cause: str) -> list[str]:
+    """Numbers that show rank ``k`` holds the others back, and why."""
+    row = rows[k]
+    lines = [
+        f"rank {row['rank']} is busy {fmt_ms(ex.busy_s / ex.steps)} per step against "
+        f"{fmt_ms(ex.others_busy_s / ex.steps)} on the other ranks ({fmt_ratio(ex.ratio)}), the "
+        f"busiest in {fmt_pct(ex.slowest_steps / ex.steps)} of {ex.steps} training steps",
+        f"the other ranks wait for it in the all-reduce: "
+        f"{fmt_ms(_s(_others(rows, k, 'comm_ms_per_step')))} per step against its "
+        f"{fmt_ms(_s(row['comm_ms_per_step']))}",
+    ]
+    part = next(p for p, c in PARTS.items() if c == cause)
+    lines.append(f"{part.replace('_', ' ')} {fmt_ms(ex.parts_s[part] / ex.steps)} per step against "
+                 f"{fmt_ms(ex.others_parts_s[part] / ex.steps)} on the other ranks")
+    return lines + _loader_lines(rows, k) if cause == "input" else lines + _cpu_lines(rows, k)
+
+
+def _s(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1000.0
+
+
+def _loader_lines(rows: list[dict[str, Any]], k: int) -> list[str]:
+    """Its loader against the others': workers, CPU, disk, and its own input cause."""
+    row = rows[k]
+    lines = []
+    others_workers = sorted({r["workers"] for i, r in enumerate(rows) if i != k})
+    if row["workers"] is not None and others_workers and [row["workers"]] != others_workers:
+        lines.append(f"its DataLoader workers: {row['workers']}, the others': "
+                     + ", ".join(str(w) for w in others_workers))
+    lines += _cpu_lines(rows, k)
+    disk, others_disk = row["disk_read_bytes"], _others(rows, k, "disk_read_bytes")
+    if disk is not None and others_disk is not None:
+        lines.append(f"its disk reads {fmt_bytes(disk)} against {fmt_bytes(others_disk)} "
+                     "on the other ranks")
+    if row["input_cause"]:
+        lines.append(f"its loader is limited by {row['input_cause']}: "
+                     + "; ".join(row["input_evidence"]))
+    return lines
+
+
+def _cpu_lines(rows: list[dict[str, Any]], k: int) -> list[str]:
+    row = rows[k]
+    lines = []
+    if row["main_cpu_pct"] is not None:
+        others = _others(rows, k, "main_cpu_pct")
+        tail = "" if others is None else f" (the others: {others:.0f} %)"
+        lines.append(f"its training process at {row['main_cpu_pct']:.0f} % of a core{tail}")
+    if row["worker_cpu_pct"] is not None:
+        lines.append(f"its workers at {row['worker_cpu_pct']:.0f} % of a core each")
+    if row["host_cpu_pct"] is not None:
+        lines.append(f"its node's CPU {row['host_cpu_pct']:.0f} % busy")
+    return lines
+
+
+def _fill_node_cpu(rows: list[dict[str, Any]]) -> None:
+    """Host CPU is sampled by local rank 0 of each node: give it to that node's other ranks."""
+    by_host = {r["host"]: r["host_cpu_pct"] for r in rows
+               if r["host"] is not None and r["local_rank"] == 0}
+    for r in rows:
+        if r["host_cpu_pct"] is None:
+            r["host_cpu_pct"] = by_host.get(r["host"])
+
+
+def merge_ranks(readers: Sequence[RunReader]) -> dict[str, Any]:
+    """The per-rank table (``summary["ranks"]``) and the job's verdict (``distributed``).
+
+    Examples:
+        >>> with RunReader(d, db_name="run.db") as r0, RunReader(d, db_name="run.rank1.db") as r1:
+        ...     merged = merge_ranks([r0, r1])
+        >>> [(r["rank"], r["straggler"], r["cause"]) for r in merged["ranks"]]
+        [(0, False, None), (1, True, 'input')]
+    """
+    ranks = sorted((load_rank(r) for r in readers), key=lambda d: d.rank)
+    keys = _aligned_keys(ranks)
+    rows = [rank_row(d, keys) for d in ranks]
+    _fill_node_cpu(rows)
+    for k, row in enumerate(rows):
+        ex = compare_rank(ranks, k, keys) if len(ranks) > 1 else Excess()
+        slow = is_straggler(ex)
+        row["straggler"] = slow
+        row["cause"] = straggler_cause(ex) if slow else None
+        row["busy_ratio_to_others"] = ex.ratio
+        row["busiest_step_frac"] = ex.slowest_steps / ex.steps if ex.steps else None
+        row["straggler_evidence"] = straggler_evidence(rows, k, ex, row["cause"]) if slow else []
+        row["excess_ms_per_step"] = ex.per_step_s * 1000.0 if ex.steps else None
+    world = max((d.world_size for d in ranks), default=1)
+    return {"ranks": rows, "distributed": job_section(rows, ranks, keys, world)}
+
+
+def job_section(rows: list[dict[str, Any]], ranks: Sequence[RankData], keys: Sequence[StepKey],
+                world: int) -> dict[str, Any]:
+    """One verdict for the whole job, with the figures behind it."""
+    present = {r["rank"] for r in rows}
+    pooled = StepSplit()
+    for d in ranks:
+        for key in keys:
+            pooled.add(d.train_steps[key])
+    fields = split_fields(pooled)
+    comm = [r["comm_frac"] for r in rows if r["comm_frac"] is not None]
+    comm_frac = sum(comm) / len(comm) if comm else None
+    stragglers = [r["rank"] for r in rows if r["straggler"]]
+    verdict, text = _job_verdict(rows, stragglers, comm_frac, fields, pooled.steps)
+    return {
+        "world_size": world, "ranks_recorded": sorted(present),
+        "missing_ranks": [k for k in range(world) if k not in present],
+        "hosts": len({r["host"] for r in rows if r["host"] is not None}) or None,
+        "images_per_s": sum(r["images_per_s"] or 0.0 for r in rows) or None,
+        "steps_compared": len(keys), "comm_frac": comm_frac,
+        "comm_ms_per_step": _mean([r["comm_ms_per_step"] for r in rows]),
+        "data_wait_frac": fields["data_wait_frac"], "stragglers": stragglers,
+        "verdict": verdict, "verdict_text": text, "comm_s_includes": COMM_S_INCLUDES,
+    }
+
+
+def _mean(vals: list[float | None]) -> float | None:
+    xs = [v for v in vals if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _job_verdict(rows: list[dict[str, Any]], stragglers: list[int], comm_frac: float | None,
+                 fields: dict[str, Any], steps: int) -> tuple[str | None, str]:
+    if stragglers:
+        k = stragglers[0]
+        row = next(r for r in rows if r["rank"] == k)
+        others_comm = _others(rows, rows.index(row), "comm_frac")
+        what = "data wait" if row["cause"] == "input" else row["cause"]
+        return "straggler-bound", (
+            f"rank {k} is the straggler ({row['cause']}: {what}); the other ranks spend "
+            f"{fmt_pct(others_comm)} of every step waiting for it in the all-reduce")
+    if comm_frac is not None and comm_frac >= COMM_BOUND_FRAC:
+        return "communication-bound", (
+            f"the gradient all-reduce takes {fmt_pct(comm_frac)} of every step on average, "
+            "with no rank consistently slower than the others")
+    v = decide_verdict(fields["data_wait_frac"], fields["transfer_frac"], fields["other_frac"],
+                       steps)
+    return v.verdict, (f"ranks balanced (no straggler); all-reduce {fmt_pct(comm_frac)} of a "
+                       f"step; over all ranks the job is {v.verdict or 'undecided'}")
+
+
+def rank_findings(merged: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings (``summary["findings"]`` entries) for stragglers and communication."""
+    out = []
+    for row in merged["ranks"]:
+        if not row["straggler"]:
+            continue
+        excess_s = (row["excess_ms_per_step"] or 0.0) / 1000.0
+        step_s = (row["step_ms"] or 0.0) / 1000.0
+        gain = step_s / (step_s - excess_s) if step_s > excess_s > 0 else None
+        out.append({
+            "id": f"straggler-rank{row['rank']}", "severity": "high",
+            "title": f"Rank {row['rank']} holds every rank back ({row['cause']})",
+            "evidence": "; ".join(row["straggler_evidence"]), "fix": _straggler_fix(row),
+            "expected_gain": None if gain is None else f"~{fmt_ratio(gain)} faster steps for "
+            "the whole job if this rank kept pace with the others",
+            "measure": "rerun and compare the ranks' busy time per step in summary.json ranks",
+        })
+    job = merged["distributed"]
+    if job["verdict"] == "communication-bound":
+        out.append({
+            "id": "communication", "severity": "medium",
+            "title": "Gradient all-reduce is a large part of every step",
+            "evidence": job["verdict_text"],
+            "fix": "more images per rank per step (larger batch) so each all-reduce serves more "
+                   "work, fewer trainable parameters, or a faster interconnect (NCCL over "
+                   "NVLink/InfiniBand rather than gloo over TCP)",
+            "expected_gain": None, "measure": "rerun and compare comm_frac",
+        })
+    return out
+
+
+def _straggler_fix(row: dict[str, Any]) -> str:
+    if row["cause"] == "input":
+        return ("give this rank's input pipeline what the others have: the same DataLoader "
+                "workers and augmentation backend, its data on storage as fast as theirs (or in "
+                "its node's page cache), and a node not shared with other CPU-heavy jobs")
+    if row["cause"] == "compute":
+        return ("check this rank's device and node: a slower or shared GPU/CPU, other processes "
+                "on its cores, or fewer threads than the others")
+    return "compare this rank's configuration and node with the others'"
+
+
+def add_rank_stores(summary: dict[str, Any], run_dir: Path) -> None:
+    """Merge ``run_dir``'s per-rank stores into ``summary`` (no-op without them)."""
+    names = find_rank_stores(run_dir)
+    if not names:
+        return
+    readers = [RunReader(run_dir)] + [RunReader(run_dir, db_name=n) for n in names]
+    try:
+        merged = merge_ranks(readers)
+    finally:
+        for r in readers:
+            r.close()
+    summary["ranks"] = merged["ranks"]
+    summary["distributed"] = merged["distributed"]
+    summary["findings"] = rank_findings(merged) + list(summary.get("findings") or [])
