@@ -6,6 +6,7 @@ This is the only module that imports the CLI library.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -113,6 +114,7 @@ def train(
     max_steps: Annotated[int | None, Opt(help="Stop each phase after N steps (smoke tests).")] = None,
     config: Annotated[Path | None, Opt(help="YAML config (e.g. a run's config.yaml or tune's output); flags override it.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print summary.json at the end instead of tables.")] = False,
+    nproc: Annotated[int | None, Opt(help="Run N DDP ranks on this machine under torchrun, e.g. --nproc 2.")] = None,
 ) -> None:
     """Train the seed's transfer-learning job (frozen backbone, new head) and diagnose it.
 
@@ -123,7 +125,12 @@ def train(
     from stepscope.train import config as tcfg
     from stepscope.train.loop import train as run_training
 
-    given = {k: v for k, v in locals().items() if k not in ("config", "as_json", "no_monitor")}
+    if nproc and "RANK" not in os.environ:  # the shortcut: launch torchrun for this machine
+        from stepscope.train.distributed import launch_local, without_flag
+
+        raise typer.Exit(launch_local(nproc, without_flag(sys.argv[1:], "--nproc")))
+    given = {k: v for k, v in locals().items()
+             if k not in ("config", "as_json", "no_monitor", "nproc")}
     given["monitor"] = False if no_monitor else None
     given["interval_s"] = given.pop("interval")
     given = {k: (str(v) if isinstance(v, Path) else v) for k, v in given.items()}
@@ -132,6 +139,8 @@ def train(
         base = tcfg.load_yaml_config(resume / "config.yaml") if (resume / "config.yaml").is_file() else None
     cfg = tcfg.resolve_config(given, config, base=base)
     result = run_training(cfg, TrainProgress(console))
+    if result.rank != 0:  # under torchrun only rank 0 analyses (all ranks' stores) and prints
+        return
     if cfg.monitor:
         _finish_run(result.run_dir, as_json=as_json)
     console.print(f"run directory: {result.run_dir}")

@@ -101,6 +101,8 @@ class Monitor(AbstractContextManager["Monitor"]):
         sample: run the background samplers (off: steps and phases only).
         warmup_steps: steps at the start of the first train/val phase marked as warm-up.
         root_pid: whose process tree to sample (default: this process).
+        host_samplers: also sample host-wide series (CPU, memory, disks, page cache, GPUs);
+            off, only this process tree is sampled.
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class Monitor(AbstractContextManager["Monitor"]):
         world_size: int = 1,
         db_name: str = "run.db",
         root_pid: int | None = None,
+        host_samplers: bool = True,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.run_dir = Path(run_dir)
@@ -130,6 +133,7 @@ class Monitor(AbstractContextManager["Monitor"]):
         self._interval_s = min(max(interval_s, 0.1), 60.0)
         self._sample = sample
         self._root_pid = root_pid or os.getpid()
+        self._host_samplers = host_samplers
         self._info = RunInfo(
             name=name or self.run_dir.name,
             command=command or " ".join(sys.argv),
@@ -173,6 +177,13 @@ class Monitor(AbstractContextManager["Monitor"]):
             dataset_files=self._dataset_files,
             note=self.writer.note,
         ) if self._sample else []
+        if not self._host_samplers:
+            # Another process on this host (e.g. local rank 0 under torchrun) samples the
+            # machine; this one keeps only its own process tree, which also gives the phases
+            # their I/O counters.
+            samplers = [s for s in samplers if s.name == "tree"]
+            self.writer.note("host", "host-wide series are sampled by local rank 0 (another "
+                             "process of this job on this host), not here")
         for s in samplers:
             if s.name == "tree":
                 self._tree = s

@@ -1,0 +1,129 @@
+"""Cold vs warm page cache, measured: the seed's "disk usage zero after the first epoch".
+
+The dataset is evicted from the page cache (``posix_fadvise(DONTNEED)``), then trained on for two
+epochs. Epoch 1 must read (nearly) every byte of the dataset from the disk and leave it resident;
+epoch 2 reads the same files again, but the kernel serves them from memory. DataLoader workers
+do those reads, so they must show up as processes of their own with their own CPU and reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepscope.analysis.explain import explain
+from stepscope.analysis.summary import write_summary
+from stepscope.observe.disk import block_device_for
+from stepscope.observe.pagecache import evict, resident_bytes
+from stepscope.store.db import RunReader
+from stepscope.train.config import resolve_config
+from stepscope.train.loop import train
+from tests.conftest import data_flags
+
+COLD_READ_MIN_FRAC = 0.80  # epoch 1: physical reads / dataset bytes
+WARM_READ_MAX_FRAC = 0.05  # epoch 2
+RESIDENT_AFTER_MIN_FRAC = 0.95
+
+
+def _dataset_files(d: Path) -> list[Path]:
+    return sorted((d / "images").iterdir())
+
+
+def _cold_run(data_dir: Path, run_dir: Path) -> dict[str, Any]:
+    files = _dataset_files(data_dir)
+    if block_device_for(files[0]) is None:
+        pytest.skip(f"{data_dir} is on no block device (tmpfs?): nothing is ever read from disk")
+    evict(files, sync=True)
+    left = sum(resident_bytes(f)[0] for f in files)
+    if left > 0.05 * sum(f.stat().st_size for f in files):
+        pytest.skip(f"eviction left {left} bytes resident (pages pinned by another process)")
+    # A tiny trunk at 64 px without augmentation: the run is about reading files, and one
+    # worker does all the reading so its own /proc/PID/io shows it.
+    cfg = resolve_config({**data_flags(data_dir), "model": "mobilenetv2_050", "weights": "none",
+                          "img_size": 64, "augment": "none", "workers": "1", "threads": 1,
+                          "epochs": 2, "feature_cache": False, "interval_s": 0.25,
+                          "out": str(run_dir)})
+    assert train(cfg).status == "completed"
+    return write_summary(run_dir)
+
+
+@pytest.fixture(scope="module")
+def cold_run(synth400: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    run_dir = tmp_path_factory.mktemp("cold") / "run"
+    summary = _cold_run(synth400, run_dir)
+    ds = summary["dataset"]["bytes"]
+    for e in summary["epochs"]:
+        print(f"epoch {e['epoch']}: disk {e['disk_read_bytes']} B "
+              f"({e['disk_read_bytes'] / ds:.1%} of the {ds} B dataset), "
+              f"all reads {e['rchar_bytes']} B, {e['seconds']:.1f} s")
+    for p in summary["phases"]:
+        print(f"  epoch {p['epoch']} {p['phase']}: resident {p['dataset_resident_frac_start']:.2f}"
+              f" -> {p['dataset_resident_frac_end']:.2f}, disk {p['disk_read_bytes']} B")
+    return run_dir, summary
+
+
+def _epochs(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted(summary["epochs"], key=lambda e: e["epoch"])
+
+
+def test_epoch_one_reads_the_disk_epoch_two_the_page_cache(cold_run: tuple[Path, dict[str, Any]]
+                                                           ) -> None:
+    _, s = cold_run
+    ds_bytes = s["dataset"]["bytes"]
+    first, second = _epochs(s)
+    assert first["disk_read_bytes"] >= COLD_READ_MIN_FRAC * ds_bytes
+    assert second["disk_read_bytes"] <= WARM_READ_MAX_FRAC * ds_bytes
+    # The program read every file again in epoch 2: nothing in it keeps the images.
+    assert second["rchar_bytes"] >= 0.9 * ds_bytes
+
+
+def test_dataset_resident_after_epoch_one(cold_run: tuple[Path, dict[str, Any]]) -> None:
+    _, s = cold_run
+    phases = sorted(s["phases"], key=lambda p: (p["epoch"], p["started"]))
+    first_epoch = [p for p in phases if p["epoch"] == phases[0]["epoch"]]
+    assert first_epoch[0]["dataset_resident_frac_start"] <= 0.05
+    # train reads the training files, val the validation ones: at the end of the epoch, all.
+    assert first_epoch[-1]["dataset_resident_frac_end"] >= RESIDENT_AFTER_MIN_FRAC
+    later = [p for p in phases if p["epoch"] != phases[0]["epoch"]]
+    assert all(p["dataset_resident_frac_start"] >= RESIDENT_AFTER_MIN_FRAC for p in later)
+
+
+def test_explanation_credits_the_page_cache(cold_run: tuple[Path, dict[str, Any]]) -> None:
+    _, s = cold_run
+    answers = {a.title: a.text for a in explain(s)}
+    disk = answers["Why the disk was busy, then idle"]
+    print(disk)
+    assert "page cache" in disk and "from memory" in disk
+    ram = next(t for title, t in answers.items() if "in RAM" in title)
+    print(ram)
+    assert "page cache" in ram
+
+
+def test_workers_are_processes_with_their_own_cpu_and_reads(
+    cold_run: tuple[Path, dict[str, Any]]
+) -> None:
+    run_dir, s = cold_run
+    ds_bytes = s["dataset"]["bytes"]
+    with RunReader(run_dir) as r:
+        workers = [p for p in r.processes() if p.role == "worker"]
+        # one worker per phase: DataLoader starts fresh workers for every pass
+        assert len(workers) >= 2
+        read_total = rchar_total = 0.0
+        for w in workers:
+            _, reads = r.series("read_bytes", f"proc:{w.pid}")
+            _, rchar = r.series("rchar_bytes", f"proc:{w.pid}")
+            _, cpu = r.series("cpu_util_pct", f"proc:{w.pid}")
+            assert cpu, f"worker {w.pid} has no CPU series"
+            # cumulative counters of a process forked moments before its first sample
+            read_total += max(reads, default=0.0)
+            rchar_total += max(rchar, default=0.0)
+            print(f"worker {w.pid}: {len(cpu)} CPU samples (max {max(cpu):.0f} %), read_bytes "
+                  f"up to {max(reads, default=0.0):.0f}, rchar up to {max(rchar, default=0.0):.0f}")
+    # The workers, not the main process, read the files: their counters carry the dataset.
+    assert rchar_total >= 0.5 * ds_bytes
+    assert read_total > 0
+    phase_cpu = [c for p in s["phases"] for c in p["worker_cpu_pct"]]
+    assert phase_cpu and max(phase_cpu) > 0
+
