@@ -109,6 +109,8 @@ def train(
     out: Annotated[Path | None, Opt(help="Run directory. [default: runs/<model>-<time>]")] = None,
     name: Annotated[str | None, Opt(help="Run name.")] = None,
     no_monitor: Annotated[bool, Opt("--no-monitor", help="Do not record telemetry.")] = False,
+    no_feature_cache: Annotated[bool, Opt("--no-feature-cache", help="Recompute frozen-trunk features every epoch (the cache reuses validation features, and training ones with --augment none).")] = False,
+    channels_last: Annotated[bool | None, Opt("--channels-last/--no-channels-last", help="Memory format of trunk and input. [default: on]")] = None,
     interval: Annotated[float | None, Opt(help="Sampling period in seconds (0.1–60). [default: 1]")] = None,
     resume: Annotated[Path | None, Opt(help="Continue RUN_DIR from its last.pt.")] = None,
     max_steps: Annotated[int | None, Opt(help="Stop each phase after N steps (smoke tests).")] = None,
@@ -130,8 +132,9 @@ def train(
 
         raise typer.Exit(launch_local(nproc, without_flag(sys.argv[1:], "--nproc")))
     given = {k: v for k, v in locals().items()
-             if k not in ("config", "as_json", "no_monitor", "nproc")}
+             if k not in ("config", "as_json", "no_monitor", "no_feature_cache", "nproc")}
     given["monitor"] = False if no_monitor else None
+    given["feature_cache"] = False if no_feature_cache else None
     given["interval_s"] = given.pop("interval")
     given = {k: (str(v) if isinstance(v, Path) else v) for k, v in given.items()}
     base = None

@@ -49,6 +49,7 @@ class TrainConfig:
     precision: str = "auto"
     channels_last: bool = True
     feature_cache: bool = True
+    device_prefetch: bool = True  # CUDA: copy the next batch on a side stream during compute
     device: str = "auto"
     seed: int = 0
     threads: int | None = None

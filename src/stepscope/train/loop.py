@@ -15,8 +15,9 @@ import torch
 
 from stepscope.errors import StepscopeError
 from stepscope.observe.monitor import LiveStats, Monitor
-from stepscope.train import checkpoint, data, memory, precision, setup
+from stepscope.train import checkpoint, data, featcache, gpuaug, memory, precision, setup
 from stepscope.train.config import TrainConfig, default_run_dir, save_config
+from stepscope.train.distributed import Dist
 
 METRICS_FIELDS = ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "seconds"]
 
@@ -55,6 +56,7 @@ class TrainResult:
     best_metric: float | None
     status: str
     bad_files: list[str]
+    rank: int = 0  # under torchrun: only rank 0 analyses the run and prints
 
 
 # Reading a GPU tensor into Python waits for the GPU: the loop keeps loss and accuracy sums on
@@ -71,21 +73,32 @@ def _step_stats(logits: torch.Tensor, y: torch.Tensor, binary: bool) -> torch.Te
 def run_phase(
     mon: Monitor, s: setup.Setup, loader: Any, *, phase: str, epoch: int, epochs: int,
     optimizer: torch.optim.Optimizer | None, progress: Progress, probe: memory.MemoryProbe,
-    max_steps: int | None = None,
+    max_steps: int | None = None, cache: featcache.FeatureCache | None = None,
 ) -> PhaseResult:
-    """One pass over ``loader``: training when ``optimizer`` is given, else validation."""
+    """One pass over ``loader``: training when ``optimizer`` is given, else validation.
+
+    With ``cache``, a phase whose frozen-trunk features are cached iterates those features and
+    runs the head alone (see train/featcache.py).
+    """
     model, device = s.model, s.device
     training = optimizer is not None
+    # Under torchrun the train phase runs through DDP (gradients all-reduced in backward);
+    # validation calls the plain model: no collective per step, so shards may differ in length.
+    net = s.ddp if training and s.ddp is not None else model
     model.train(training)
     loss_fn = model.loss_fn()
     binary = model.num_classes == 2
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     images, bad, last_report, t0 = 0, [], 0.0, time.perf_counter()
-    progress.phase_start(epoch, epochs, phase, len(loader))
+    batches: Any = gpuaug.DevicePrefetcher(loader, device) if s.device_prefetch else loader
+    forward: featcache.Forward = net
+    if cache is not None:
+        batches, forward = cache.source(phase, batches, net, epoch=epoch + 1)
+    progress.phase_start(epoch, epochs, phase, len(batches))
     grad = contextlib.nullcontext() if training else torch.no_grad()
     with grad:
-        for i, (x, y, bad_files) in enumerate(mon.loader(loader, phase=phase, epoch=epoch + 1)):
+        for i, (x, y, bad_files) in enumerate(mon.loader(batches, phase=phase, epoch=epoch + 1)):
             bad.extend(bad_files)
             if len(y) == 0:  # every image of this batch was unreadable
                 continue
@@ -93,12 +106,14 @@ def run_phase(
                 # non_blocking only overlaps with compute when the batch sits in pinned memory.
                 x = x.to(device, non_blocking=True)
                 y = y.to(device, non_blocking=True)
-                if s.channels_last:
+                if s.channels_last and x.dim() == 4:  # cached features are (N, features)
                     x = x.contiguous(memory_format=torch.channels_last)
             with mon.compute():
+                if training and s.gpu_aug is not None:
+                    x = s.gpu_aug(x)  # --aug-backend gpu: the batch's augmentation, on the device
                 with probe.first_step(x, training):
                     with precision.autocast_context(device, s.bf16):
-                        logits = model(x)
+                        logits = forward(x)
                     loss = loss_fn(logits.float(), y)
                 if training:
                     assert optimizer is not None
@@ -115,7 +130,7 @@ def run_phase(
                 progress.step(i + 1, float(loss_sum) / images, float(correct) / images, mon.live())
             if max_steps is not None and i + 1 >= max_steps:
                 break
-    progress.step(len(loader), float(loss_sum) / max(images, 1), float(correct) / max(images, 1),
+    progress.step(len(batches), float(loss_sum) / max(images, 1), float(correct) / max(images, 1),
                   mon.live())
     progress.phase_end()
     return PhaseResult(
@@ -163,18 +178,25 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
     if cfg.alloc_conf:
         # The CUDA caching allocator reads this once, when CUDA is first used: set it first.
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = cfg.alloc_conf
-    run_dir = Path(cfg.resume) if cfg.resume else default_run_dir(cfg)
+    dist = Dist.from_env()  # under torchrun: this rank's share of the node, then the group
+    cfg = dist.resolve_config(cfg)
+    dist.init(cfg)
+    if not dist.is_primary:
+        progress = _Quiet()
+    run_dir = dist.agree_path(Path(cfg.resume) if cfg.resume else default_run_dir(cfg))
     if not cfg.resume and any((run_dir / n).exists() for n in ("run.db", "checkpoints")):
         raise StepscopeError(
             f"{run_dir} already holds a run: use --resume {run_dir} to continue it, "
             "or another --out to start a new one"
         )
+    dist.barrier()  # every rank has checked before any rank creates run files
     resume_state = checkpoint.load_checkpoint(run_dir / "checkpoints" / "last.pt") if cfg.resume else None
     baseline_bytes = memory.process_rss_bytes()
     s = setup.build(cfg)
     _apply_memory_controls(cfg, s.device, progress)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    if dist.is_primary:
+        save_config(cfg, run_dir / "config.yaml")
     trainable = [p for p in s.model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=cfg.lr)
     rows: list[dict[str, Any]] = []
@@ -195,32 +217,44 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
     mon = Monitor(
         run_dir, kind="train", name=cfg.name or run_dir.name, dataset_files=files,
         interval_s=cfg.interval_s, device=s.device, sample=cfg.monitor, config=cfg.to_dict(),
+        rank=dist.rank, world_size=dist.world_size, db_name=dist.db_name,
+        host_samplers=dist.local_rank == 0,
     )
     status = "failed"
     all_bad: list[str] = []
     if cfg.monitor:  # without it the Monitor still frames steps for the progress line, stores nothing
         mon.start()
+    dist.prepare(s, mon, unfrozen=cfg.unfreeze > 0)
     try:
         probe = memory.MemoryProbe(mon, s.model, s.device, name=cfg.model)
         probe.record_static(files, baseline_bytes, workers=s.workers)
+        probe.record_precision(bf16=s.bf16, bf16_supported=precision.bf16_pays(s.device),
+                               channels_last=s.channels_last)
+        cache = featcache.create_feature_cache(cfg, bf16=s.bf16, device=s.device, files=files,
+                                               mon=mon)
+        dist.limit_cache(cache)
         for epoch in range(start_epoch, cfg.epochs):
             t_epoch = time.perf_counter()
+            dist.set_epoch(epoch)
             tr = run_phase(mon, s, s.train_loader, phase="train", epoch=epoch, epochs=cfg.epochs,
                            optimizer=optimizer, progress=progress, probe=probe,
-                           max_steps=cfg.max_steps)
+                           max_steps=cfg.max_steps, cache=cache)
+            tr.loss, tr.accuracy, tr.images = dist.reduce_means(tr.loss, tr.accuracy, tr.images)
             row: dict[str, Any] = {"epoch": epoch + 1, "train_loss": tr.loss,
                                    "train_accuracy": tr.accuracy}
             all_bad.extend(tr.bad_files)
             if s.val_loader is not None and (epoch + 1) % cfg.val_every == 0:
                 va = run_phase(mon, s, s.val_loader, phase="val", epoch=epoch, epochs=cfg.epochs,
                                optimizer=None, progress=progress, probe=probe,
-                               max_steps=cfg.max_steps)
+                               max_steps=cfg.max_steps, cache=cache)
+                va.loss, va.accuracy, va.images = dist.reduce_means(va.loss, va.accuracy, va.images)
                 row.update(val_loss=va.loss, val_accuracy=va.accuracy)
                 all_bad.extend(va.bad_files)
             row["seconds"] = time.perf_counter() - t_epoch
             rows.append(row)
-            best = _save_checkpoints(mon, s, optimizer, cfg, run_dir, epoch, rows, best)
-            _write_metrics(run_dir / "metrics.csv", rows)
+            if dist.is_primary:
+                best = _save_checkpoints(mon, s, optimizer, cfg, run_dir, epoch, rows, best)
+                _write_metrics(run_dir / "metrics.csv", rows)
             if all_bad:
                 progress.message(_bad_files_message(all_bad))
             progress.epoch_end(row)
@@ -230,7 +264,10 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
         raise
     finally:
         mon.close(status)
-    return TrainResult(run_dir, rows, best, status, all_bad)
+        if status != "completed":
+            dist.abort()
+    dist.finish(run_dir)
+    return TrainResult(run_dir, rows, best, status, all_bad, rank=dist.rank)
 
 
 def _bad_files_message(bad: list[str]) -> str:

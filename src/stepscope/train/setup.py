@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from stepscope.errors import StepscopeError
-from stepscope.train import augment, data, models, precision
+from stepscope.train import augment, data, gpuaug, models, precision
 from stepscope.train.config import TrainConfig
 
 # Images per second one CPU worker delivers, by augmentation backend, measured on a 2-core
@@ -38,6 +38,12 @@ class Setup:
     bf16: bool
     threads: int
     channels_last: bool
+    # --aug-backend gpu: the batched warp the loop applies after the copy (train phase only).
+    gpu_aug: gpuaug.GpuAugment | None = None
+    # CUDA: copy batch i+1 on a side stream while batch i computes (cfg.device_prefetch).
+    device_prefetch: bool = False
+    # Under torchrun: the DistributedDataParallel wrapper the train phase calls (distributed.py).
+    ddp: torch.nn.Module | None = None
 
 
 def usable_cores() -> int:
@@ -94,8 +100,10 @@ def build_loaders(
 ) -> tuple[DataLoader[Any], DataLoader[Any] | None]:
     aug = augment.resolve_augment(cfg.augment)
     backend: augment.Backend = "keras" if cfg.aug_backend == "keras" else "fused"
+    # gpu: the workers only decode and resize; the augmentation runs on the device (gpuaug).
     train_tf = augment.create_transform(
-        aug, cfg.img_size, train=True, backend=backend, seed=cfg.seed
+        None if cfg.aug_backend == "gpu" else aug, cfg.img_size, train=True, backend=backend,
+        seed=cfg.seed,
     )
     val_tf = augment.create_transform(None, cfg.img_size, train=False, backend=backend)
     common: dict[str, Any] = {
@@ -145,6 +153,11 @@ def build(cfg: TrainConfig) -> Setup:
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model = model.to(device)
-    return Setup(
+    s = Setup(
         device, split, train_loader, val_loader, model, workers, bf16, threads, cfg.channels_last
     )
+    aug = augment.resolve_augment(cfg.augment)
+    if cfg.aug_backend == "gpu" and aug is not None:
+        s.gpu_aug = gpuaug.GpuAugment(aug, seed=cfg.seed)
+    s.device_prefetch = device.type == "cuda" and cfg.device_prefetch
+    return s
