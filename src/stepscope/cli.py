@@ -124,23 +124,13 @@ def train(
     --images data/catsdogs/images --epochs 3 --img-size 224 --out runs/first
     """
     from stepscope.render.progress import TrainProgress
-    from stepscope.train import config as tcfg
     from stepscope.train.loop import train as run_training
 
     if nproc and "RANK" not in os.environ:  # the shortcut: launch torchrun for this machine
         from stepscope.train.distributed import launch_local, without_flag
 
         raise typer.Exit(launch_local(nproc, without_flag(sys.argv[1:], "--nproc")))
-    given = {k: v for k, v in locals().items()
-             if k not in ("config", "as_json", "no_monitor", "no_feature_cache", "nproc")}
-    given["monitor"] = False if no_monitor else None
-    given["feature_cache"] = False if no_feature_cache else None
-    given["interval_s"] = given.pop("interval")
-    given = {k: (str(v) if isinstance(v, Path) else v) for k, v in given.items()}
-    base = None
-    if resume is not None:
-        base = tcfg.load_yaml_config(resume / "config.yaml") if (resume / "config.yaml").is_file() else None
-    cfg = tcfg.resolve_config(given, config, base=base)
+    cfg = _resolve_train_flags(dict(locals()))
     result = run_training(cfg, TrainProgress(console))
     if result.rank != 0:  # under torchrun only rank 0 analyses (all ranks' stores) and prints
         return
@@ -335,6 +325,64 @@ def watch(
     if (run_dir / "run.db").is_file():
         _finish_run(run_dir, as_json=as_json)
     raise typer.Exit(result.exit_code)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def tune(
+    ctx: typer.Context,
+    budget: Annotated[float, Opt("--budget-s", help="Seconds the whole tune may take.")] = 120.0,
+    out_config: Annotated[Path, Opt(help="Where to write the winning configuration (YAML).")] = Path("tuned.yaml"),
+) -> None:
+    """Measure which input-pipeline and precision settings train fastest on your data and
+    machine, and write the winner as a config for `stepscope train --config`.
+
+    Takes the same arguments as `stepscope train` (data, model, image size, ...).
+
+    Example: stepscope tune --csv data/catsdogs/train.csv --images data/catsdogs/images
+    --img-size 299 --budget-s 120 --out-config tuned.yaml
+    """
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    from stepscope.render.tune import tune_table
+    from stepscope.train import tune as tuning
+
+    cfg = _train_config_from_args(list(ctx.args))
+    with Progress(TextColumn("{task.description}"), BarColumn(), console=console,
+                  transient=True) as bar:
+        task = bar.add_task("tuning", total=1.0)
+
+        def progress(text: str, frac: float) -> None:
+            bar.update(task, description=text[:70], completed=min(frac, 1.0))
+
+        result = tuning.tune(cfg, budget_s=budget, progress=progress)
+    console.print(tune_table(result))
+    tuning.write_tuned_config(result, cfg, out_config)
+    console.print(f"winner written to {out_config}: stepscope train --config {out_config}")
+
+
+def _train_config_from_args(args: list[str]) -> Any:
+    """Parse `stepscope train`'s flags (as tune receives them) into a resolved TrainConfig."""
+    from typer.main import get_command
+
+    train_cmd = get_command(app).commands["train"]  # type: ignore[attr-defined]
+    return _resolve_train_flags(train_cmd.make_context("tune", args).params)
+
+
+def _resolve_train_flags(params: dict[str, Any]) -> Any:
+    """`train`'s parsed flags -> TrainConfig: defaults < --config/--resume's config < flags."""
+    from stepscope.train import config as tcfg
+
+    given = {k: v for k, v in params.items()
+             if k not in ("config", "as_json", "no_monitor", "no_feature_cache", "nproc")}
+    given["monitor"] = False if params.get("no_monitor") else None
+    given["feature_cache"] = False if params.get("no_feature_cache") else None
+    given["interval_s"] = given.pop("interval", None)
+    given = {k: (str(v) if isinstance(v, Path) else v) for k, v in given.items()}
+    resume = params.get("resume")
+    base = None
+    if resume is not None and (Path(resume) / "config.yaml").is_file():
+        base = tcfg.load_yaml_config(Path(resume) / "config.yaml")
+    return tcfg.resolve_config(given, params.get("config"), base=base)
 
 
 # -- demo ---------------------------------------------------------------------------------------

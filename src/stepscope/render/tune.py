@@ -1,0 +1,131 @@
+"""Terminal view of ``stepscope tune``: every measurement with its spread, the winner marked, and
+one sentence of why it won.
+
+It reads the tune result by shape (the protocols below), not by importing the trainer: render/
+does not import train/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from stepscope.analysis.doctor import fmt_rate
+
+_SECTIONS = {
+    "compute": "compute ceiling (trunk only, batch in memory)",
+    "loader": "loader only (nothing consumes the batches)",
+    "run": "short real runs (these decide)",
+}
+
+
+class TuneRowView(Protocol):
+    """What the table reads from one measurement (``stepscope.train.tune.TuneRow``)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def images_per_s(self) -> float | None: ...
+    @property
+    def min_images_per_s(self) -> float | None: ...
+    @property
+    def max_images_per_s(self) -> float | None: ...
+    @property
+    def predicted_images_per_s(self) -> float | None: ...
+    @property
+    def data_wait_frac(self) -> float | None: ...
+    @property
+    def baseline(self) -> bool: ...
+    @property
+    def winner(self) -> bool: ...
+    @property
+    def skipped(self) -> str | None: ...
+
+
+class TuneResultView(Protocol):
+    """What the table reads from a tune (``stepscope.train.tune.TuneResult``)."""
+
+    @property
+    def rows(self) -> Sequence[TuneRowView]: ...
+    @property
+    def winner(self) -> dict[str, Any]: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def notes(self) -> Sequence[str]: ...
+    @property
+    def budget_s(self) -> float: ...
+    @property
+    def elapsed_s(self) -> float: ...
+    @property
+    def device(self) -> str: ...
+
+
+def _rate(value: float | None) -> str:
+    return "–" if value is None else fmt_rate(value)
+
+
+def _spread(row: TuneRowView) -> str:
+    if row.min_images_per_s is None or row.max_images_per_s is None:
+        return ""
+    return f"{fmt_rate(row.min_images_per_s)}–{fmt_rate(row.max_images_per_s)}"
+
+
+def _mark(row: TuneRowView) -> Text:
+    if row.winner:
+        return Text("★ winner", style="bold green")
+    return Text("yours", style="cyan") if row.baseline else Text("")
+
+
+def _add_row(table: Table, row: TuneRowView) -> None:
+    if row.skipped:
+        table.add_row(Text(""), Text(f"{row.label} (skipped: {row.skipped})", style="dim"), "–",
+                      "", "", "")
+        return
+    wait = "" if row.data_wait_frac is None else f"{row.data_wait_frac:.0%}"
+    predicted = "" if row.predicted_images_per_s is None else _rate(row.predicted_images_per_s)
+    style = "bold" if row.winner else ""
+    table.add_row(_mark(row), Text(row.label, style=style),
+                  Text(_rate(row.images_per_s), style=style), _spread(row), predicted, wait)
+
+
+def tune_table(result: TuneResultView) -> RenderableType:
+    """The tune's measurements by kind, the winner marked, why it won, and the notes.
+
+    Examples:
+        >>> from rich.console import Console
+        >>> Console().print(tune_table(result))  # doctest: +SKIP
+    """
+    table = Table(title=f"stepscope tune: {result.elapsed_s:.0f} s of a {result.budget_s:.0f} s "
+                  f"budget on {result.device}", title_justify="left", title_style="bold",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("", no_wrap=True)
+    table.add_column("measured", overflow="fold")
+    table.add_column("img/s", justify="right", no_wrap=True)
+    table.add_column("min–max", justify="right", no_wrap=True)
+    table.add_column("predicted", justify="right", no_wrap=True)
+    table.add_column("data wait", justify="right", no_wrap=True)
+    for kind, title in _SECTIONS.items():
+        rows = [r for r in result.rows if r.kind == kind]
+        if not rows:
+            continue
+        if table.row_count:
+            table.add_section()
+        table.add_row("", Text(title, style="italic"), "", "", "", "")
+        for row in rows:
+            _add_row(table, row)
+    winner = ", ".join(f"{k}={v}" for k, v in result.winner.items())
+    parts: list[RenderableType] = [
+        table,
+        Text.assemble(("winner: ", "bold green"), winner),
+        Text.assemble(("why: ", "bold"), result.reason),
+    ]
+    parts += [Text(f"note: {n}", style="dim") for n in result.notes]
+    return Group(*parts)

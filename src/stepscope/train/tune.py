@@ -1,0 +1,676 @@
+"""``stepscope tune``: measure, on the user's data and machine, which input-pipeline and precision
+settings train fastest, within a time budget, and write them as a config ``train`` can load.
+
+Three kinds of measurement, cheapest first, each given a share of ``budget_s``:
+
+1. **compute ceilings**: the frozen trunk's forward pass on batches already in memory, for each
+   precision (fp32, and bf16 where it pays) and memory layout (channels_last on/off);
+2. **loader-only throughput**: a DataLoader over the real training files with the real
+   augmentation, for each worker count (0, 1, 2, 4, … up to the usable cores) and augmentation
+   backend (fused, keras; gpu on CUDA, where the workers only decode and resize), nothing
+   consuming the batches but the clock;
+3. **short real runs**: ``train()`` for a few steps of the most promising candidates (ranked by
+   the first two), timed by the recorder like any run; only these decide the winner.
+
+Everything not measured because the budget ran out is named in the result's notes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import torch
+from torch.utils.data import DataLoader
+
+from stepscope.errors import DataError
+from stepscope.observe.monitor import DEFAULT_WARMUP_STEPS
+from stepscope.store.db import RunReader
+from stepscope.train import augment, ceilings, data, precision, setup
+from stepscope.train.config import TrainConfig, save_config
+from stepscope.train.loop import train
+from stepscope.train.models import create_model
+
+Clock = Callable[[], float]
+ProgressFn = Callable[[str, float], None]
+
+# The config keys tune chooses; everything else in the user's config is kept as given.
+TUNED_KEYS = ("workers", "prefetch", "aug_backend", "precision", "channels_last")
+# Shares of the budget for the two cheap stages; real runs get what is left. The real runs
+# matter most (they alone include the contention between loader and trunk), so they get half.
+COMPUTE_SHARE = 0.2
+LOADER_SHARE = 0.25
+MAX_REAL_RUNS = 5
+MIN_STEADY_STEPS = 3  # steady-state steps a real run needs after the recorder's warm-up steps
+MAX_RUN_STEPS = 60  # enough steady steps for a stable rate; more only spends budget
+# Measured rates are optimistic about a real run (no contention), and runs have start-up costs
+# we only learn after the first: plan runs as if they took this much longer than estimated.
+RUN_SAFETY = 1.5
+RESERVE_S = 1.0  # kept back for writing the result
+
+
+@dataclass
+class TuneRow:
+    """One measurement (or one skipped measurement) of the tune.
+
+    Attributes:
+        kind: ``"compute"`` (trunk forward ceiling), ``"loader"`` (DataLoader only) or ``"run"``
+            (a short real training run).
+        label: what was measured, in words.
+        changes: the config keys this row differs in from the user's config (for ``"run"``
+            rows: the candidate's tuned keys, all of them).
+        images_per_s: median rate over the timed chunks; None when skipped.
+        min_images_per_s: slowest timed chunk.
+        max_images_per_s: fastest timed chunk.
+        measured: what one image's time includes, and how many chunks were timed.
+        seconds: time the measurement took, start-up included.
+        predicted_images_per_s: for ``"run"`` rows, what the ceilings predicted.
+        data_wait_frac: for ``"run"`` rows, share of steady step time spent waiting for data.
+        baseline: this run used the user's own settings.
+        winner: this run won.
+        skipped: why the row was not measured (None when it was).
+    """
+
+    kind: str
+    label: str
+    changes: dict[str, Any]
+    images_per_s: float | None = None
+    min_images_per_s: float | None = None
+    max_images_per_s: float | None = None
+    measured: str = ""
+    seconds: float = 0.0
+    predicted_images_per_s: float | None = None
+    data_wait_frac: float | None = None
+    baseline: bool = False
+    winner: bool = False
+    skipped: str | None = None
+
+
+@dataclass
+class TuneResult:
+    """What ``tune`` found.
+
+    Attributes:
+        rows: every measurement, in the order taken.
+        winner: the tuned config keys (``TUNED_KEYS``) to train with.
+        reason: one sentence saying why the winner won, with its measured figures.
+        notes: what was not measured and why, and caveats on the figures.
+        budget_s: the time budget asked for.
+        elapsed_s: the time the tune took.
+        device: where training ran (``"cpu"``, ``"cuda"``).
+    """
+
+    rows: list[TuneRow]
+    winner: dict[str, Any]
+    reason: str
+    notes: list[str] = field(default_factory=list)
+    budget_s: float = 0.0
+    elapsed_s: float = 0.0
+    device: str = "cpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One combination of the tuned settings."""
+
+    workers: int
+    prefetch: int
+    aug_backend: str  # fused | keras | gpu (CUDA only: workers decode, the device augments)
+    precision: str  # "fp32" | "bf16": resolved, never "auto"
+    channels_last: bool
+
+    def changes(self) -> dict[str, Any]:
+        """The candidate as TrainConfig keys (``workers`` is a string there, as on the CLI)."""
+        return {"workers": str(self.workers), "prefetch": self.prefetch,
+                "aug_backend": self.aug_backend, "precision": self.precision,
+                "channels_last": self.channels_last}
+
+    def label(self) -> str:
+        layout = "channels_last" if self.channels_last else "NCHW"
+        prefetch = f", prefetch {self.prefetch}" if self.workers else ""
+        return (f"{self.workers} worker(s){prefetch}, {self.aug_backend} augment, "
+                f"{self.precision} {layout}")
+
+
+class Budget:
+    """Wall-clock budget with an injectable clock."""
+
+    def __init__(self, budget_s: float, clock: Clock) -> None:
+        self.budget_s = budget_s
+        self.clock = clock
+        self.t0 = clock()
+
+    def elapsed(self) -> float:
+        return self.clock() - self.t0
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed()
+
+    def fraction(self) -> float:
+        return min(1.0, max(0.0, self.elapsed() / self.budget_s)) if self.budget_s > 0 else 1.0
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def worker_counts(cores: int, also: int | None = None) -> list[int]:
+    """Worker counts worth measuring: 0, 1, 2, 4, … up to ``cores``, plus ``also``.
+
+    Examples:
+        >>> worker_counts(2), worker_counts(16, also=6)
+        ([0, 1, 2], [0, 1, 2, 4, 6, 8, 16])
+    """
+    counts = {0, max(cores, 1)}
+    n = 1
+    while n < cores:
+        counts.add(n)
+        n *= 2
+    if also is not None:
+        counts.add(also)
+    return sorted(counts)
+
+
+def chunk_rates(seconds: Sequence[float], images: Sequence[int], chunk: int
+                ) -> list[float]:
+    """Images per second over consecutive chunks of ``chunk`` batches (or steps).
+
+    With N workers batches arrive in bursts of N (each worker finishes one at about the same
+    time), so single-batch rates alternate between near-infinite and slow; a chunk of N batches
+    spans one full cycle. A short last chunk is dropped unless it is the only one.
+
+    Examples:
+        >>> chunk_rates([0.1, 0.0, 0.1, 0.0, 0.1], [8, 8, 8, 8, 8], 2)
+        [160.0, 160.0]
+    """
+    chunk = max(chunk, 1)
+    rates: list[float] = []
+    for i in range(0, len(seconds), chunk):
+        s, n = seconds[i:i + chunk], images[i:i + chunk]
+        if len(s) < chunk and rates:
+            break
+        rates.append(sum(n) / max(sum(s), 1e-9))
+    return rates
+
+
+def predict_images_per_s(*, loader_w: float, loader_0: float, compute: float, workers: int,
+                         cores: int, shared_cores: bool) -> float:
+    """What a training run should reach, from the loader and trunk ceilings.
+
+    With no workers the main process decodes, then computes, in turn: the times add. With
+    workers loading overlaps computing, so the slower side sets the rate; but on a CPU-only
+    machine both share the same cores, so the core-seconds per image add up again (an upper
+    bound: it assumes perfect sharing).
+
+    Examples:
+        >>> predict_images_per_s(loader_w=200, loader_0=100, compute=100, workers=0, cores=2,
+        ...                      shared_cores=False)
+        50.0
+        >>> predict_images_per_s(loader_w=200, loader_0=100, compute=100, workers=2, cores=2,
+        ...                      shared_cores=False)
+        100.0
+    """
+    if workers == 0:
+        return 1.0 / (1.0 / loader_0 + 1.0 / compute)
+    rate = min(loader_w, compute)
+    if shared_cores:
+        # Decode costs 1/loader_0 core-seconds an image; the trunk 1/compute of all cores.
+        rate = min(rate, 1.0 / (1.0 / compute + 1.0 / (max(cores, 1) * loader_0)))
+    return rate
+
+
+def _fmt_rate(images_per_s: float) -> str:
+    return f"{images_per_s:.1f}" if images_per_s < 100 else f"{images_per_s:,.0f}"
+
+
+def _spread(row: TuneRow) -> str:
+    if row.min_images_per_s is None or row.max_images_per_s is None:
+        return ""
+    return f" ({_fmt_rate(row.min_images_per_s)}–{_fmt_rate(row.max_images_per_s)})"
+
+
+def choose_winner(rows: Sequence[TuneRow]) -> tuple[TuneRow | None, str]:
+    """The fastest measured real run, and one sentence saying why it won.
+
+    Examples:
+        >>> base = TuneRow("run", "0 workers", {"workers": "0"}, 50.0, 45.0, 55.0,
+        ...                data_wait_frac=0.6, baseline=True)
+        >>> fast = TuneRow("run", "2 workers", {"workers": "2"}, 120.0, 110.0, 125.0)
+        >>> choose_winner([base, fast])[0].label
+        '2 workers'
+    """
+    runs = [r for r in rows if r.kind == "run" and r.images_per_s is not None]
+    if not runs:
+        return None, "no real run finished within the budget, so nothing was confirmed"
+    best = max(runs, key=lambda r: r.images_per_s or 0.0)
+    base = next((r for r in runs if r.baseline), None)
+    figure = f"{_fmt_rate(best.images_per_s or 0.0)} img/s{_spread(best)}"
+    if base is None:
+        return best, f"{best.label} trained fastest of the runs measured, at {figure}"
+    if best is base:
+        return best, (f"your current settings ({best.label}) trained fastest, at {figure}; "
+                      "no candidate beat them on this machine")
+    ratio = (best.images_per_s or 0.0) / max(base.images_per_s or 0.0, 1e-9)
+    why = (f"{best.label} trained at {figure}, {ratio:.2f}× your current settings' "
+           f"{_fmt_rate(base.images_per_s or 0.0)} img/s{_spread(base)}")
+    if (base.data_wait_frac or 0.0) >= 0.2 and (best.data_wait_frac or 0.0) < (base.data_wait_frac or 0.0):
+        why += (f": with your settings each step waited for data "
+                f"{base.data_wait_frac:.0%} of its time, with these {best.data_wait_frac or 0.0:.0%}")
+    if (best.min_images_per_s or 0.0) <= (base.max_images_per_s or 0.0):
+        why += " (the spreads overlap: the gain is within this machine's noise)"
+    return best, why
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def _compute_combos(device: torch.device, base: Candidate) -> list[tuple[str, bool]]:
+    """(precision, channels_last) pairs to time, the user's own first: if the budget runs out,
+    the baseline's prediction is the one we most need."""
+    precisions = ["fp32", "bf16"] if precision.bf16_pays(device) else ["fp32"]
+    combos = [(p, cl) for p in precisions for cl in (True, False)]
+    first = (base.precision, base.channels_last)
+    return [first] + [c for c in combos if c != first] if first in combos else combos
+
+
+def _compute_stage(cfg: TrainConfig, device: torch.device, base: Candidate, threads: int,
+                   budget: Budget, say: Callable[[str], None]
+                   ) -> tuple[list[TuneRow], dict[tuple[str, bool], float], float]:
+    """Forward ceilings per (precision, channels_last); returns rows, rates, model build time."""
+    deadline = budget.budget_s * COMPUTE_SHARE
+    combos = _compute_combos(device, base)
+    say(f"building {cfg.model} (random weights: speed does not depend on them)")
+    t0 = budget.clock()
+    net = create_model(cfg.model, weights="none")
+    build_s = budget.clock() - t0
+    rows: list[TuneRow] = []
+    rates: dict[tuple[str, bool], float] = {}
+    for i, (prec, cl) in enumerate(combos):
+        layout = "channels_last" if cl else "NCHW"
+        row = TuneRow("compute", f"trunk forward, {prec} {layout}",
+                      {"precision": prec, "channels_last": cl})
+        rows.append(row)
+        left = deadline - budget.elapsed()
+        if left <= 0:
+            row.skipped = "compute share of the budget spent"
+            continue
+        say(f"timing the trunk: {prec}, {layout}")
+        if not cl:  # forward_ceiling converts to channels_last in place; undo it for NCHW
+            net = net.to(memory_format=torch.contiguous_format)
+        t1 = budget.clock()
+        # Each measurement also runs one untimed warm-up batch (oneDNN picks its kernels there)
+        # and at least two timed ones: give the timed part only half of its share.
+        c = ceilings.forward_ceiling(net, img_size=cfg.img_size, batch_size=cfg.batch_size,
+                                     device=device, precision="bf16" if prec == "bf16" else "fp32",
+                                     channels_last=cl, seconds=0.5 * left / (len(combos) - i),
+                                     threads=threads, clock=budget.clock)
+        rates[(prec, cl)] = c.images_per_s
+        row.images_per_s, row.seconds = c.images_per_s, budget.clock() - t1
+        row.min_images_per_s, row.max_images_per_s = c.min_images_per_s, c.max_images_per_s
+        row.measured = f"{c.includes}; {c.batches} batches of {c.batch_size}"
+    return rows, rates, build_s
+
+
+def _backends(device: torch.device) -> list[str]:
+    """Augmentation backends worth measuring on ``device``."""
+    return ["fused", "keras", "gpu"] if device.type == "cuda" else ["fused", "keras"]
+
+
+def _loader(cfg: TrainConfig, items: list[data.Item], backend: str, workers: int
+            ) -> DataLoader[Any]:
+    # --aug-backend gpu: the workers decode and resize only, the device augments (gpuaug).
+    params = None if backend == "gpu" else augment.resolve_augment(cfg.augment)
+    transform = augment.create_transform(params, cfg.img_size, train=True,
+                                         backend="keras" if backend == "keras" else "fused",
+                                         seed=cfg.seed)
+    extra: dict[str, Any] = {}
+    if workers > 0:
+        # Persistent workers: the dataset may be a few batches long, and re-forking the workers
+        # at every epoch turnover would time process start-up, not loading.
+        extra = {"prefetch_factor": cfg.prefetch, "persistent_workers": True}
+    return DataLoader(data.ImageDataset(items, transform), batch_size=cfg.batch_size,
+                      shuffle=True, num_workers=workers, collate_fn=data.collate_skip_bad,
+                      generator=torch.Generator().manual_seed(cfg.seed), **extra)
+
+
+def time_loader(loader: DataLoader[Any], *, seconds: float, min_batches: int, clock: Clock
+                ) -> tuple[list[float], list[int], float]:
+    """Iterate ``loader`` (over as many epochs as needed) until ``seconds`` of timed batches and
+    at least ``min_batches``; the first batch (worker start-up) is untimed.
+
+    Returns:
+        (seconds per batch, images per batch, warm-up seconds)
+    """
+    if len(loader) == 0:
+        raise DataError("tune: the training set is empty; nothing to load")
+    times: list[float] = []
+    sizes: list[int] = []
+    warmup_s: float | None = None
+    it = iter(loader)
+    t0 = clock()
+    while sum(times) < seconds or len(times) < min_batches:
+        batch = next(it, None)
+        if batch is None:
+            # The epoch turnover's wait counts toward the next batch, as in training.
+            it = iter(loader)
+            continue
+        t1 = clock()
+        if warmup_s is None:
+            warmup_s = t1 - t0
+        else:
+            times.append(t1 - t0)
+            sizes.append(len(batch.labels))
+        t0 = t1
+    del it  # shuts the persistent workers down
+    return times, sizes, warmup_s or 0.0
+
+
+def _loader_row(cfg: TrainConfig, split: data.DatasetSplit, backend: str, workers: int,
+                seconds: float, clock: Clock) -> TuneRow:
+    """Time one loader configuration; its row."""
+    t0 = clock()
+    times, sizes, _warm = time_loader(_loader(cfg, split.train, backend, workers),
+                                      seconds=seconds, min_batches=2 * max(workers, 1),
+                                      clock=clock)
+    r = chunk_rates(times, sizes, workers)
+    work = ("decode + resize (the device augments)" if backend == "gpu"
+            else f"decode + {cfg.augment} augment")
+    return TuneRow(
+        "loader", f"loader only, {workers} worker(s), {backend} augment",
+        {"workers": str(workers), "aug_backend": backend}, statistics.median(r), min(r), max(r),
+        f"read + {work} + collate at {cfg.img_size} px, {len(times)} batches of "
+        f"{cfg.batch_size} in {len(r)} chunks; nothing consumes the batches (in training the "
+        "trunk competes for the cores)", clock() - t0)
+
+
+def _loader_stage(cfg: TrainConfig, split: data.DatasetSplit, base: Candidate,
+                  device: torch.device, cores: int, budget: Budget, say: Callable[[str], None]
+                  ) -> tuple[list[TuneRow], dict[tuple[str, int], float]]:
+    """Loader-only images per second per (backend, workers), the user's backend first."""
+    deadline = budget.budget_s * (COMPUTE_SHARE + LOADER_SHARE)
+    backends = [base.aug_backend] + [b for b in _backends(device) if b != base.aug_backend]
+    plan = [(b, w) for b in backends for w in worker_counts(cores, also=base.workers)]
+    rows: list[TuneRow] = []
+    before = cv2.getNumThreads()
+    # One OpenCV thread per process, set before the workers fork (setup._single_threaded_opencv).
+    cv2.setNumThreads(1)
+    try:
+        for i, (backend, workers) in enumerate(plan):
+            left = deadline - budget.elapsed()
+            if left <= 0:
+                rows.append(TuneRow("loader", f"loader only, {workers} worker(s), {backend} "
+                                    "augment", {"workers": str(workers), "aug_backend": backend},
+                                    skipped="loader share of the budget spent"))
+                continue
+            say(f"timing the loader: {workers} worker(s), {backend} augmentation")
+            # Worker start-up and the untimed first batch come on top: time half the share.
+            rows.append(_loader_row(cfg, split, backend, workers, 0.5 * left / (len(plan) - i),
+                                    budget.clock))
+    finally:
+        cv2.setNumThreads(before)
+    rates = {(r.changes["aug_backend"], int(r.changes["workers"])): r.images_per_s
+             for r in rows if r.images_per_s is not None}
+    return rows, rates
+
+
+# --------------------------------------------------------------------------- real runs
+
+
+def _rank(cands: Sequence[Candidate], base: Candidate, loader: dict[tuple[str, int], float],
+          compute: dict[tuple[str, bool], float], cores: int, shared: bool
+          ) -> list[tuple[Candidate, float | None]]:
+    """The baseline first, then the others by predicted rate (unpredictable ones dropped)."""
+    def predict(c: Candidate) -> float | None:
+        lw, l0 = loader.get((c.aug_backend, c.workers)), loader.get((c.aug_backend, 0))
+        cp = compute.get((c.precision, c.channels_last))
+        if lw is None or l0 is None or cp is None:
+            return None
+        return predict_images_per_s(loader_w=lw, loader_0=l0, compute=cp, workers=c.workers,
+                                    cores=cores, shared_cores=shared)
+
+    scored = [(c, predict(c)) for c in cands if c != base]
+    ranked = sorted(((c, p) for c, p in scored if p is not None), key=lambda cp: -(cp[1] or 0.0))
+    return [(base, predict(base)), *ranked]
+
+
+def run_rate(run_dir: Path) -> tuple[list[float], float, float, int]:
+    """Chunk rates, data-wait share, steady seconds and steady step count of a recorded run.
+
+    Steady state: the training phase's steps after the recorder's warm-up steps (all steps
+    when there are too few).
+    """
+    with RunReader(run_dir) as reader:
+        ids = {p.phase_id for p in reader.phases() if p.phase == "train"}
+        steps = [s for s in reader.steps() if s.phase_id in ids]
+        workers = max((p.workers or 0 for p in reader.phases()), default=0)
+    steady = [s for s in steps if not s.warmup] or steps
+    wall = [s.wall_s for s in steady]
+    # Chunks of one step per worker smooth the workers' bursts, but a short run needs at least
+    # three chunks for its spread to mean anything.
+    rates = chunk_rates(wall, [s.images for s in steady], max(1, min(workers, len(steady) // 3)))
+    wait = sum(s.data_wait_s for s in steady) / max(sum(wall), 1e-9)
+    return rates, wait, sum(wall), len(steady)
+
+
+def _real_run(cfg: TrainConfig, cand: Candidate, steps: int, run_dir: Path) -> None:
+    run_cfg = dataclasses.replace(
+        cfg, **cand.changes(), epochs=1, max_steps=steps, out=str(run_dir), name=run_dir.name,
+        resume=None, monitor=True,
+        # Speed does not depend on the weights' values: random ones spare loading them.
+        weights="none",
+        # epochs=1 with val_every=2: the validation pass is skipped, its time is not ours to spend.
+        val_every=2,
+    )
+    train(run_cfg)
+
+
+def _plan_steps(per_run_s: float, overhead_s: float, rate: float, batch: int, epoch_steps: int
+                ) -> int:
+    """Steps that fit in ``per_run_s`` at ``rate``, at least warm-up + MIN_STEADY_STEPS."""
+    fit = int((per_run_s / RUN_SAFETY - overhead_s) * rate / batch)
+    low = DEFAULT_WARMUP_STEPS + MIN_STEADY_STEPS
+    return max(low, min(fit, MAX_RUN_STEPS, max(epoch_steps, low)))
+
+
+@dataclass
+class _RunPlan:
+    """What the real-run stage knows while it goes: budget, costs learnt so far, results."""
+
+    cfg: TrainConfig
+    budget: Budget
+    tmp: Path
+    epoch_steps: int
+    overhead_s: float  # model build + monitor and loader start; calibrated after each run
+    fallback_rate: float  # images/s guessed for a candidate nothing predicts
+    rows: list[TuneRow] = field(default_factory=list)
+
+
+def _try_run(plan: _RunPlan, cand: Candidate, predicted: float | None, *, baseline: bool,
+             share: int, say: Callable[[str], None]) -> None:
+    """One real run of ``cand`` in 1/``share`` of the budget left, or a skipped row."""
+    cfg, budget = plan.cfg, plan.budget
+    rate_guess = predicted or plan.fallback_rate
+    min_steps = DEFAULT_WARMUP_STEPS + MIN_STEADY_STEPS
+    need_s = RUN_SAFETY * (plan.overhead_s + min_steps * cfg.batch_size / rate_guess)
+    left = budget.left() - RESERVE_S
+    row = TuneRow("run", cand.label(), cand.changes(), predicted_images_per_s=predicted,
+                  baseline=baseline)
+    if need_s > left:
+        row.skipped = f"needs ~{need_s:.0f} s, {max(left, 0):.0f} s left"
+        plan.rows.append(row)
+        return
+    steps = _plan_steps(left / share, plan.overhead_s, rate_guess, cfg.batch_size,
+                        plan.epoch_steps)
+    say(f"real run: {cand.label()}, {steps} steps")
+    run_dir = plan.tmp / f"run{len(plan.rows)}"
+    t0 = budget.clock()
+    _real_run(cfg, cand, steps, run_dir)
+    row.seconds = budget.clock() - t0
+    rates, wait, steady_s, n = run_rate(run_dir)
+    plan.overhead_s = max(0.5, row.seconds - steady_s * steps / max(n, 1))
+    if not rates:
+        row.skipped = "the run recorded no training step (every image unreadable?)"
+    else:
+        row.images_per_s, row.data_wait_frac = statistics.median(rates), wait
+        row.min_images_per_s, row.max_images_per_s = min(rates), max(rates)
+        row.measured = (f"train() for {steps} steps, {n} steady after {DEFAULT_WARMUP_STEPS} "
+                        "warm-up; step = data wait + copy + forward/backward/update, as recorded")
+    plan.rows.append(row)
+
+
+def _runs_stage(plan: _RunPlan, ranked: list[tuple[Candidate, float | None]],
+                say: Callable[[str], None], notes: list[str]) -> list[TuneRow]:
+    """The baseline and the best-ranked candidates, then the best with twice the prefetch."""
+    n = MAX_REAL_RUNS - 1  # the last run is the prefetch refinement
+    todo = ranked[:n]
+    for i, (cand, predicted) in enumerate(todo):
+        _try_run(plan, cand, predicted, baseline=i == 0, share=len(todo) - i + 1, say=say)
+    if len(ranked) > n:
+        notes.append(f"{len(ranked) - n} lower-ranked candidate(s) got no real run (at most "
+                     f"{MAX_REAL_RUNS} runs in all), e.g. {ranked[n][0].label()}")
+    best, _ = choose_winner(plan.rows)
+    if best is not None and int(best.changes["workers"]) > 0:
+        # Deeper prefetch only helps when loading is bursty; the ceilings cannot predict it,
+        # so it gets a real run of its own if the budget allows.
+        cand = Candidate(int(best.changes["workers"]), 2 * int(best.changes["prefetch"]),
+                         best.changes["aug_backend"], best.changes["precision"],
+                         best.changes["channels_last"])
+        _try_run(plan, cand, best.images_per_s, baseline=False, share=1, say=say)
+    return plan.rows
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def baseline_candidate(cfg: TrainConfig, device: torch.device, cores: int) -> Candidate:
+    """The user's own settings, resolved as ``train`` resolves them."""
+    backend = cfg.aug_backend if cfg.aug_backend in _backends(device) else "fused"
+    workers = setup.resolve_workers(cfg.workers, cores=cores, device=device, backend=backend)
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and precision.bf16_pays(device))
+    return Candidate(workers, cfg.prefetch, backend, "bf16" if bf16 else "fp32", cfg.channels_last)
+
+
+def _candidates(base: Candidate, loader: dict[tuple[str, int], float],
+                compute: dict[tuple[str, bool], float]) -> list[Candidate]:
+    return [Candidate(w, base.prefetch, b, p, cl)
+            for (b, w) in loader for (p, cl) in compute]
+
+
+def tune(cfg: TrainConfig, *, budget_s: float = 120.0, progress: ProgressFn | None = None,
+         clock: Clock = time.perf_counter) -> TuneResult:
+    """Measure which settings train ``cfg`` fastest here, in about ``budget_s`` seconds.
+
+    Args:
+        cfg: the user's resolved training config (data, model, image size, batch size...).
+        budget_s: wall-clock budget for the whole tune; what does not fit is skipped and named.
+        progress: called with (what is being measured, fraction of the budget spent).
+        clock: injectable clock.
+
+    Returns:
+        The measurements, the winning settings and why.
+
+    Raises:
+        DataError, ModelError: as ``train`` would for the same config.
+
+    Examples:
+        >>> result = tune(resolve_config({"folder": "data/"}), budget_s=60)  # doctest: +SKIP
+        >>> write_tuned_config(result, cfg, Path("tuned.yaml"))  # doctest: +SKIP
+    """
+    budget = Budget(budget_s, clock)
+
+    def say(text: str) -> None:
+        if progress is not None:
+            progress(text, budget.fraction())
+
+    device = setup.resolve_device(cfg.device)
+    cores = setup.usable_cores()
+    threads_before = torch.get_num_threads()
+    split = _resolve_split(cfg)
+    base = baseline_candidate(cfg, device, cores)
+    notes = _static_notes(cfg, device)
+    try:
+        c_rows, compute, build_s = _compute_stage(cfg, device, base, cfg.threads or cores, budget,
+                                                   say)
+        l_rows, loader = _loader_stage(cfg, split, base, device, cores, budget, say)
+        ranked = _rank(_candidates(base, loader, compute), base, loader, compute, cores,
+                       shared=device.type == "cpu")
+        known = [*loader.values(), *compute.values()]
+        with tempfile.TemporaryDirectory(prefix="stepscope-tune-") as tmp:
+            plan = _RunPlan(cfg, budget, Path(tmp), math.ceil(len(split.train) / cfg.batch_size),
+                            overhead_s=build_s + 2.0, fallback_rate=min(known, default=1.0))
+            r_rows = _runs_stage(plan, ranked, say, notes)
+    finally:
+        torch.set_num_threads(threads_before)
+    rows = c_rows + l_rows + r_rows
+    best, reason = choose_winner(rows)
+    if best is not None:
+        best.winner = True
+    winner = best.changes if best is not None else base.changes()
+    notes.extend(_skip_notes(rows))
+    say("done")
+    return TuneResult(rows, dict(winner), reason, notes, budget_s, budget.elapsed(), device.type)
+
+
+def _resolve_split(cfg: TrainConfig) -> data.DatasetSplit:
+    return data.resolve_dataset(
+        csv=Path(cfg.csv) if cfg.csv else None,
+        val_csv=Path(cfg.val_csv) if cfg.val_csv else None,
+        images=Path(cfg.images) if cfg.images else None, x_col=cfg.x_col, y_col=cfg.y_col,
+        folder=Path(cfg.folder) if cfg.folder else None, val_split=cfg.val_split, seed=cfg.seed,
+        on_missing="skip" if cfg.on_missing == "skip" else "error",
+    )
+
+
+def _static_notes(cfg: TrainConfig, device: torch.device) -> list[str]:
+    notes = [
+        "feature_cache is not tuned: it serves validation (and training without augmentation) "
+        "from the second epoch on, which a one-epoch tune run never reaches; kept as given "
+        f"({cfg.feature_cache})",
+        "the keras augmentation backend is the bit-faithful reference; fused draws the same "
+        "transforms in one OpenCV warp (same distributions, not the same pixels)",
+    ]
+    if not precision.bf16_pays(device):
+        notes.append(f"bf16 not measured: it does not pay on this {device.type} "
+                     "(no native bf16 support)")
+    if cfg.unfreeze:
+        notes.append("compute ceilings time the forward pass only; with unfrozen stages the "
+                     "backward pass adds to each real run")
+    return notes
+
+
+def _skip_notes(rows: Sequence[TuneRow]) -> list[str]:
+    skipped = [r for r in rows if r.skipped]
+    if not skipped:
+        return []
+    names = "; ".join(f"{r.label} ({r.skipped})" for r in skipped[:6])
+    more = f" and {len(skipped) - 6} more" if len(skipped) > 6 else ""
+    return [f"budget ran out: skipped {len(skipped)} measurement(s): {names}{more}"]
+
+
+def write_tuned_config(result: TuneResult, base_cfg: TrainConfig, path: Path) -> TrainConfig:
+    """Write ``base_cfg`` with the winner's settings as a YAML ``stepscope train --config`` loads.
+
+    ``resume`` is cleared (a tuned config starts runs, it does not continue one); every other
+    key keeps the user's value. Returns the merged config.
+
+    Examples:
+        >>> write_tuned_config(result, cfg, Path("tuned.yaml"))  # doctest: +SKIP
+    """
+    merged = dataclasses.replace(base_cfg, **{k: v for k, v in result.winner.items()
+                                              if k in TUNED_KEYS}, resume=None)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_config(merged, path)
+    header = f"# written by stepscope tune ({result.elapsed_s:.0f} s on {result.device}): "
+    path.write_text(header + " ".join(result.reason.split()) + "\n" + path.read_text())
+    return merged
