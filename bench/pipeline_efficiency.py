@@ -15,7 +15,7 @@ ratios, with min and max. The last line is that headline as one JSON object.
 
 Usage:
     .venv/bin/python bench/pipeline_efficiency.py [--model efficientnet_lite0] [--runs 3]
-        [--images 400] [--img-size 299] [--threads N] [--ceiling-seconds 8]
+        [--images 400] [--img-size 299] [--threads N] [--workers auto|N] [--ceiling-seconds 8]
 """
 
 from __future__ import annotations
@@ -79,14 +79,14 @@ def ceiling_img_s(model_name: str, files: list[Path], *, img_size: int, bf16: bo
 
 
 def pipeline_img_s(data: Path, out: Path, *, model_name: str, img_size: int,
-                   threads: int | None) -> tuple[float, int]:
+                   threads: int | None, workers: str = "auto") -> tuple[float, int]:
     """Steady-state training images/s of a real run, and the workers it used."""
     cfg = resolve_config({
         "csv": str(data / "train.csv"), "val_csv": str(data / "valid.csv"),
         "images": str(data / "images"), "model": model_name, "weights": "none",
         "augment": "seed", "aug_backend": "fused", "img_size": img_size, "batch_size": BATCH,
         "epochs": 1, "val_every": 2,  # no validation phase: the training phase is measured
-        "threads": threads, "out": str(out),
+        "threads": threads, "out": str(out), "workers": workers,
     })
     run = train(cfg).run_dir
     reader = RunReader(run)
@@ -108,6 +108,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=400, help="synthetic images (80 %% train)")
     ap.add_argument("--img-size", type=int, default=299)
     ap.add_argument("--threads", type=int, default=None, help="default: what train picks")
+    ap.add_argument("--workers", default="auto", help="DataLoader workers (default: auto)")
     ap.add_argument("--ceiling-seconds", type=float, default=8.0)
     args = ap.parse_args()
     threads = args.threads or setup.usable_cores()
@@ -122,7 +123,8 @@ def main() -> None:
                                  channels_last=True, threads=threads,
                                  seconds=args.ceiling_seconds)
             pipe, workers = pipeline_img_s(data, Path(tmp) / f"run{r}", model_name=args.model,
-                                           img_size=args.img_size, threads=args.threads)
+                                           img_size=args.img_size, threads=args.threads,
+                                           workers=args.workers)
             ceils.append(ceil)
             pipes.append(pipe)
             ratios.append(pipe / ceil)
