@@ -161,7 +161,6 @@ def predict(
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (holds run.db).")],
     trace: Annotated[bool, Opt(help="Also write trace.json (Chrome Trace Event format, opens in Perfetto).")] = False,
-    tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard scalars to this folder.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print summary.json.")] = False,
 ) -> None:
     """(Re)analyse a run: summary.json, report.html, and optionally trace.json.
@@ -176,13 +175,6 @@ def report(
         with RunReader(run_dir) as reader:
             path = write_trace(run_dir / "trace.json", reader)
         console.print(f"trace: {path}  (open in https://ui.perfetto.dev)")
-    if tensorboard is not None:
-        from stepscope.render.tensorboard import write_tensorboard
-        from stepscope.store.db import RunReader
-
-        with RunReader(run_dir) as reader:
-            write_tensorboard(tensorboard, reader)
-        console.print(f"tensorboard: {tensorboard}")
 
 
 @app.command()
