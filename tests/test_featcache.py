@@ -190,3 +190,16 @@ def test_without_augmentation_later_epochs_train_the_head_only(synth80: Path,
     assert float(rows[2]["train_loss"]) < float(rows[0]["train_loss"])  # the head still learns
     train_phases = [p for p in reader.phases() if p.phase == "train"]
     assert len({p.images for p in train_phases}) == 1
+
+
+def test_summary_marks_phases_served_from_the_cache() -> None:
+    from stepscope.analysis.summary import _mark_cached_phases
+    from stepscope.render.terminal import phase_verdict
+    from stepscope.store.records import Fact
+
+    phases = [{"epoch": 1, "phase": "val", "verdict": "compute-bound", "input_cause": None},
+              {"epoch": 2, "phase": "val", "verdict": "input-bound", "input_cause": "cpu"}]
+    uses = [{"epoch": 1, "phase": "val", "how": "recorded"}, {"epoch": 2, "phase": "val", "how": "cached"}]
+    _mark_cached_phases(phases, {"featcache.used": Fact("featcache.used", {"uses": uses})})
+    assert "feature_cache" not in phases[0] and phases[1]["feature_cache"] is True
+    assert [phase_verdict(p) for p in phases] == ["compute-bound", "cached features"]

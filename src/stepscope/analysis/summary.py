@@ -61,6 +61,19 @@ def _cores(facts: dict[str, Fact], cache: SampleCache) -> float | None:
     return float(n) if n else None
 
 
+def _mark_cached_phases(phases: list[dict[str, Any]], facts: dict[str, Fact]) -> None:
+    """Phases served from the trainer's feature cache ran the head alone: their step split
+    is about microseconds of tensor slicing, not about the input pipeline or the trunk."""
+    used = facts.get("featcache.used")
+    uses = used.value.get("uses", []) if used and isinstance(used.value, dict) else []
+    cached = {(u.get("epoch"), u.get("phase")) for u in uses if u.get("how") == "cached"}
+    for p in phases:
+        if (p["epoch"], p["phase"]) in cached:
+            p["feature_cache"] = True
+            p["verdict_note"] = ("trunk features came from the feature cache: only the head ran, "
+                                 "so this phase's split says nothing about loading or the trunk")
+
+
 def _run_section(run: RunInfo, cache: SampleCache) -> dict[str, Any]:
     ended = run.ended
     if ended is None:
@@ -264,6 +277,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     ctx = PhaseContext(cache=cache, processes=reader.processes(), main_pid=main_pid,
                        gpu_index=gpu)
     phases, every, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
+    _mark_cached_phases(phases, facts)
     checkpoints = _assign_checkpoints(phases, cache)
     cores = _cores(facts, cache)
     run_section = _run_section(run, cache)

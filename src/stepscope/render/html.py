@@ -38,6 +38,7 @@ from stepscope.render.terminal import (
     fmt_ratio,
     fmt_residency,
     fmt_verdict,
+    phase_verdict,
 )
 
 REPORT_NAME = "report.html"
@@ -335,7 +336,7 @@ def _phase_table(summary: dict[str, Any]) -> str:
                  fmt_pct(p.get("compute_frac"))]
         tds = "".join(f"<td>{esc(c)}</td>" for c in cells)
         tds += (f'<td class="l v-{esc(verdict)}">'
-                f"{esc(fmt_verdict(p.get('verdict'), p.get('input_cause')))}</td>")
+                f"{esc(phase_verdict(p))}</td>")
         more = [fmt_bytes(p.get("disk_read_bytes")), fmt_bytes(p.get("cache_read_bytes")),
                 fmt_residency(p.get("dataset_resident_frac_start"),
                               p.get("dataset_resident_frac_end")),

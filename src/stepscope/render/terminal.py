@@ -76,6 +76,12 @@ def fmt_verdict(verdict: str | None, cause: str | None) -> str:
     return f"{verdict} ({cause})" if cause else verdict
 
 
+def phase_verdict(p: dict[str, Any]) -> str:
+    """A phase's verdict as shown in tables; phases served from the feature cache say so."""
+    text = fmt_verdict(p.get("verdict"), p.get("input_cause"))
+    return "cached features" if p.get("feature_cache") else text
+
+
 def fmt_residency(start: float | None, end: float | None) -> str:
     if start is None and end is None:
         return "—"
@@ -112,11 +118,12 @@ def phase_table(summary: dict[str, Any]) -> Table:
     t.add_column("epoch", no_wrap=True)
     for name in ("img/s", "wait", "copy", "comp"):
         t.add_column(name, justify="right", no_wrap=True)
-    t.add_column("verdict")
+    t.add_column("verdict", min_width=14, overflow="fold")  # wraps rather than vanishing at 80 columns
+    # These may wrap at 80 columns so that the verdict keeps its room.
     for name in ("disk", "cache", "resident", "CPU", "GPU"):
-        t.add_column(name, justify="right", no_wrap=True)
+        t.add_column(name, justify="right")
     for p in summary.get("phases") or []:
-        verdict = fmt_verdict(p.get("verdict"), p.get("input_cause"))
+        verdict = phase_verdict(p)
         t.add_row(
             f"{p.get('epoch', '')} {p.get('phase', '')}",
             fmt_num(p.get("images_per_s")), fmt_pct(p.get("data_wait_frac")),
