@@ -171,7 +171,7 @@ def test_two_ranks_name_the_input_straggler(synth80: Path, tmp_path: Path) -> No
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "stepscope", "train", *_cli_data(synth80), *RUN_FLAGS, "--img-size", "128",
            "--epochs", "3", "--out", str(run)]
-    # Rank 1 loads inline (workers=0) with the seed's SciPy augmentation; rank 0 has a worker.
+    # Rank 1 loads inline with the seed's SciPy augmentation; rank 0 inline with the fused one.
     res = _run(cmd, tmp_path, _env(**{SLOW_RANK_ENV: "1"}))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert (run / "run.db").is_file() and (run / "run.rank1.db").is_file()

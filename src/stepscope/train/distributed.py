@@ -55,7 +55,7 @@ from stepscope.errors import StepscopeError
 from stepscope.observe.monitor import Monitor
 from stepscope.observe.steps import StepTimer
 from stepscope.train.config import TrainConfig
-from stepscope.train.setup import CPU_TRUNK_IMG_S, PER_WORKER_IMG_S, Setup, usable_cores
+from stepscope.train.setup import Setup, resolve_workers, usable_cores
 
 PRIMARY_DB = "run.db"
 # Tests only: make this rank a real input straggler (inline loading, the seed's slow SciPy
@@ -230,7 +230,10 @@ class Dist:
             # extreme). Each rank gets its share of the cores.
             changes["threads"] = cores
         if cfg.workers == "auto":
-            changes["workers"] = str(_share_workers(cores, cuda, cfg.aug_backend))
+            # setup's --workers auto rule, applied to this rank's share of the cores.
+            changes["workers"] = str(resolve_workers(
+                "auto", cores=cores, device=torch.device("cuda" if cuda else "cpu"),
+                backend=cfg.aug_backend))
         env = os.environ if env is None else env
         if env.get(SLOW_RANK_ENV) == str(self.rank):
             changes.update(workers="0", aug_backend="keras")
@@ -338,14 +341,6 @@ class Dist:
         """After a failure: leave the group without waiting for the others."""
         if self.enabled and tdist.is_initialized():
             tdist.destroy_process_group()
-
-
-def _share_workers(cores: int, cuda: bool, backend: str) -> int:
-    # setup.resolve_workers's rule, applied to this rank's share of the cores.
-    if cuda:
-        return max(1, min(cores - 1, 8))
-    need = CPU_TRUNK_IMG_S / PER_WORKER_IMG_S.get(backend, 500.0)
-    return max(1, min(max(cores - 1, 1), math.ceil(need)))
 
 
 def _loader_seed(s: Setup) -> int:
