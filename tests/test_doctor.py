@@ -144,9 +144,11 @@ def test_prediction_model_bound_on_cpu() -> None:
     assert prediction(r) == (
         "The model will be the bottleneck: the trunk runs at 8.5 img/s on 2 CPU thread(s) "
         "(bf16, which training uses: 23.5) while one core decodes and augments 1,400 img/s; "
-        "1 worker is enough (expect about 23.3 img/s).")
+        "loading in the main process (--workers 0) costs it under a quarter of a core "
+        "(expect about 23.3 img/s).")
     b = bottleneck(r)
-    assert b.side == "model" and b.trunk_precision == "bf16" and b.workers == 1
+    # 23.3 img/s from a loader doing 1,400 img/s a core: 1.7 % of a core, inline (--workers auto)
+    assert b.side == "model" and b.trunk_precision == "bf16" and b.workers == 0
     assert b.expected_images_per_s == pytest.approx(2 / (2 / 23.5 + 1 / 1400))
 
 

@@ -23,6 +23,10 @@ from typing import Any, Literal
 from stepscope.analysis.fmt import fmt_bytes, fmt_pct
 
 Side = Literal["input", "model"]
+
+# Below this share of one core, loading inline beats a worker process on a CPU-only machine
+# (the same rule as train/setup.py's ``--workers auto``; analysis/ may not import train/).
+INLINE_LOADING_MAX_FRAC = 0.25
 # A dataset taking more than this share of available memory competes with the training
 # process itself (model, workers, pinned buffers) for the cache: call it a tight fit.
 TIGHT_FIT_FRAC = 0.5
@@ -98,7 +102,9 @@ def bottleneck(report: dict[str, Any]) -> Bottleneck:
         trunk_core_s, loader_core_s = threads / trunk, 1.0 / loader
         expected = min(trunk, cores / (trunk_core_s + loader_core_s))
         loader_cores = expected / loader
-        workers = max(1, min(cores, math.ceil(loader_cores - 1e-9)))
+        # train/setup.py's --workers auto rule: load inline when it costs little of a core.
+        workers = 0 if loader_cores <= INLINE_LOADING_MAX_FRAC else max(
+            1, min(cores, math.ceil(loader_cores - 1e-9)))
         side = "model" if trunk_core_s >= loader_core_s else "input"
     return Bottleneck(
         side=side, device=str(training.get("device", "cpu")), trunk_images_per_s=trunk,
@@ -145,8 +151,10 @@ def prediction(report: dict[str, Any]) -> str:
     expect = f"expect about {fmt_rate(b.expected_images_per_s)} img/s"
     if b.side == "model":
         verb = "is" if b.workers == 1 else "are"
+        feed = (f"{b.workers} worker{'s' if b.workers > 1 else ''} {verb} enough" if b.workers
+                else "loading in the main process (--workers 0) costs it under a quarter of a core")
         return (f"The model will be the bottleneck: {_trunk_words(b)} while {loader}; "
-                f"{b.workers} worker{'s' if b.workers > 1 else ''} {verb} enough ({expect}).")
+                f"{feed} ({expect}).")
     if b.device != "cpu":
         spare = int(b.loader_cores)
         wait = 1.0 - b.expected_images_per_s / b.trunk_images_per_s
