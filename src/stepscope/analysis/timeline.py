@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepscope.store.db import RunReader
+from stepscope.store.records import ProcessInfo
 
 DEFAULT_MAX_POINTS = 1500
 # Individual steps kept for the Chrome trace; beyond this, consecutive steps are merged.
@@ -108,18 +109,6 @@ class StepSpan:
 
 
 @dataclass(frozen=True)
-class Process:
-    """A process of the observed tree: ``role`` is main, worker (DataLoader) or child."""
-
-    pid: int
-    ppid: int
-    role: str
-    name: str
-    first_t: float
-    last_t: float
-
-
-@dataclass(frozen=True)
 class Timeline:
     """A run's plottable history. Times are Unix seconds; ``t0`` is where plots start.
 
@@ -142,7 +131,7 @@ class Timeline:
     phase_steps: list[PhaseSteps]
     step_spans: list[StepSpan]
     spans_aggregated: bool
-    processes: list[Process]
+    processes: list[ProcessInfo]
     notes: list[tuple[float, str, str]]
 
     def get(self, source: str, metric: str) -> Series | None:
@@ -290,8 +279,7 @@ def load_timeline(
         for p in reader.phases()
     ]
     spans, merged = load_step_spans(reader, max_step_spans)
-    processes = [Process(p.pid, p.ppid, p.role, p.name, p.first_t, p.last_t)
-                 for p in reader.processes()]
+    processes = reader.processes()
     return Timeline(
         run_name=run.name, status=run.status, t0=t0, t1=t1, bucket_s=bucket_s,
         max_points=max_points, series=load_series(reader, t0, bucket_s, max_points),

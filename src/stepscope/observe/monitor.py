@@ -33,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from stepscope.observe.sampling import phase_io_totals, phase_resident_frac
 from stepscope.observe.steps import GpuEvent, StepTimer
 from stepscope.store.db import RunWriter
 from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
@@ -293,10 +294,11 @@ class Monitor(AbstractContextManager["Monitor"]):
         with self._lock:
             phase_id = self._phase_id
             self._phase_id += 1
-        rb, rc = self._io_totals()
+        rb, rc = phase_io_totals(self._tree)
+        resident = phase_resident_frac(self._residency)
         rec = PhaseRecord(
             phase_id=phase_id, epoch=epoch, phase=phase, started=time.time(),
-            resident_frac_start=self._resident_frac(), read_bytes_start=rb, rchar_start=rc,
+            resident_frac_start=resident, read_bytes_start=rb, rchar_start=rc,
             workers=workers, rank=self._info.rank,
         )
         if self.writer is not None:
@@ -308,8 +310,8 @@ class Monitor(AbstractContextManager["Monitor"]):
         # is the one place where timing waits for the GPU.
         self.timer.resolve(block=True)
         rec.ended = time.time()
-        rec.read_bytes_end, rec.rchar_end = self._io_totals()
-        rec.resident_frac_end = self._resident_frac()
+        rec.read_bytes_end, rec.rchar_end = phase_io_totals(self._tree)
+        rec.resident_frac_end = phase_resident_frac(self._residency)
         if self.writer is not None:
             self.writer.put_phase(rec)
 
@@ -318,24 +320,6 @@ class Monitor(AbstractContextManager["Monitor"]):
         if self.writer is not None:
             self.writer.add_step(rec)
 
-    def _io_totals(self) -> tuple[int | None, int | None]:
-        if self._tree is None:
-            return None, None
-        try:
-            rb, rc = self._tree.io_totals()
-            return int(rb), int(rc)
-        except Exception:  # monitoring never breaks training
-            return None, None
-
-    def _resident_frac(self) -> float | None:
-        if self._residency is None:
-            return None
-        try:
-            return float(self._residency.resident_frac())
-        except Exception:
-            return None
-
-    # -- facts, notes, custom series ---------------------------------------------------------
     def fact(self, key: str, value: Any, how_measured: str = "") -> None:
         if self.writer is not None:
             self.writer.fact(key, value, how_measured)

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from stepscope.store.records import ProcessInfo, Sample
 
@@ -198,3 +198,26 @@ class SamplerThread:
         self.cpu_s += spent
         self.cost_s[sampler.name] = self.cost_s.get(sampler.name, 0.0) + spent
         return samples
+
+
+def phase_io_totals(tree: Any) -> tuple[int | None, int | None]:
+    """The process tree's (read_bytes, rchar) now, for a phase boundary; (None, None) when
+    there is no tree sampler or it cannot read (its root may be gone): monitoring never breaks
+    training."""
+    if tree is None:
+        return None, None
+    try:
+        rb, rc = tree.io_totals()
+        return int(rb), int(rc)
+    except Exception:
+        return None, None
+
+
+def phase_resident_frac(residency: Any) -> float | None:
+    """The dataset's page-cache residency now, or None when it is not measured or unreadable."""
+    if residency is None:
+        return None
+    try:
+        return float(residency.resident_frac())
+    except Exception:
+        return None

@@ -38,7 +38,13 @@ from typing import Any, BinaryIO
 from stepscope.errors import StepscopeError
 from stepscope.observe.host import env_facts
 from stepscope.observe.pagecache import DatasetResidency
-from stepscope.observe.sampling import Sampler, SamplerThread, create_samplers
+from stepscope.observe.sampling import (
+    Sampler,
+    SamplerThread,
+    create_samplers,
+    phase_io_totals,
+    phase_resident_frac,
+)
 from stepscope.store.db import RunWriter
 from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
 
@@ -158,10 +164,11 @@ class RecordSink:
     # -- messages -------------------------------------------------------------------------------
     def _phase_begin(self, m: list[Any]) -> None:
         _, seq, epoch, phase, t, workers = m
-        rb, rc = self._io_totals()
+        rb, rc = phase_io_totals(self._tree)
+        resident = phase_resident_frac(self.residency)
         rec = PhaseRecord(
             phase_id=self._phase_base + int(seq), epoch=int(epoch), phase=str(phase),
-            started=float(t), resident_frac_start=self._resident_frac(), read_bytes_start=rb,
+            started=float(t), resident_frac_start=resident, read_bytes_start=rb,
             rchar_start=rc, workers=workers,
         )
         self.phases[int(seq)] = rec
@@ -173,8 +180,8 @@ class RecordSink:
         if rec is None or rec.ended is not None:
             return
         rec.ended, rec.steps, rec.images = float(t), int(steps), int(images)
-        rec.read_bytes_end, rec.rchar_end = self._io_totals()
-        rec.resident_frac_end = self._resident_frac()
+        rec.read_bytes_end, rec.rchar_end = phase_io_totals(self._tree)
+        rec.resident_frac_end = phase_resident_frac(self.residency)
         self._writer.put_phase(rec)
 
     def _step(self, m: list[Any]) -> None:
@@ -233,32 +240,14 @@ class RecordSink:
         self._residency_thread = SamplerThread([self.residency], self._writer, self._interval_s)
         self._residency_thread.start()
 
-    def _resident_frac(self) -> float | None:
-        if self.residency is None:
-            return None
-        try:
-            return self.residency.resident_frac()
-        except OSError:
-            return None
-
-    def _io_totals(self) -> tuple[int | None, int | None]:
-        if self._tree is None:
-            return None, None
-        try:
-            rb, rc = self._tree.io_totals()
-            return int(rb), int(rc)
-        except Exception:  # the tree's root may be gone; a missing reading is not an error
-            return None, None
-
-    # -- the end ------------------------------------------------------------------------------------
     def finish(self, t_end: float) -> list[str]:
         """Close phases the child left open, stop residency, write facts; return notes written."""
         with self._lock:
             for rec in self.phases.values():
                 if rec.ended is None:
                     rec.ended = t_end
-                    rec.read_bytes_end, rec.rchar_end = self._io_totals()
-                    rec.resident_frac_end = self._resident_frac()
+                    rec.read_bytes_end, rec.rchar_end = phase_io_totals(self._tree)
+                    rec.resident_frac_end = phase_resident_frac(self.residency)
                     self._writer.put_phase(rec)
             if self._residency_thread is not None:
                 self._residency_thread.stop()
