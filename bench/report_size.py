@@ -158,7 +158,7 @@ def measure(run_dir: Path) -> tuple[int, float]:
     with RunReader(run_dir) as reader:
         timeline = load_timeline(reader)
         summary = _summary_for(reader)
-    path = write_report(run_dir, summary, timeline, [], {"synthetic": True})
+    path = write_report(run_dir / "report.html", summary, timeline, [], {"synthetic": True})
     return path.stat().st_size, time.perf_counter() - t0
 
 

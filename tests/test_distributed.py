@@ -22,6 +22,7 @@ from stepscope.analysis.summary import write_summary
 from stepscope.observe.steps import StepTimer
 from stepscope.store.db import RunReader
 from stepscope.store.records import StepRecord
+from stepscope.store.rundir import rank_db_name
 from stepscope.train import models
 from stepscope.train.config import resolve_config
 from stepscope.train.distributed import (
@@ -30,7 +31,6 @@ from stepscope.train.distributed import (
     Dist,
     ShardSampler,
     collect_rank_stores,
-    rank_db_name,
     torchrun_command,
     without_flag,
 )

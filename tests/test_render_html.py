@@ -74,7 +74,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Timeline,
 
 def _report(small_run: tuple[Path, Timeline, dict[str, Any]]) -> str:
     run_dir, tl, summary = small_run
-    path = write_report(run_dir, summary, tl, [Answer(f"Why {EVIL}?", "First.\n\nSecond.")],
+    path = write_report(run_dir / "report.html", summary, tl, [Answer(f"Why {EVIL}?", "First.\n\nSecond.")],
                         {"data": {"csv": EVIL, "batch": 8}, "model": "efficientnet_lite0"})
     assert path == run_dir / "report.html"
     return path.read_text(encoding="utf-8")
@@ -102,7 +102,7 @@ def test_user_strings_are_escaped(small_run: tuple[Path, Timeline, dict[str, Any
         tl = load_timeline(r)
     summary = {"run": {"name": EVIL, "command": EVIL}, "phases": [], "memory": {},
                "findings": [], "ranks": []}
-    text = write_report(run_dir, summary, tl, [Answer(EVIL, EVIL)], {EVIL: EVIL}).read_text()
+    text = write_report(run_dir / "report.html", summary, tl, [Answer(EVIL, EVIL)], {EVIL: EVIL}).read_text()
     assert EVIL not in text and text.count("&lt;script&gt;") >= 6
     assert "No GPU was recorded" in text  # and the reason from the note, escaped
 
@@ -111,9 +111,9 @@ def test_report_size_is_bounded_by_buckets(small_run: tuple[Path, Timeline, dict
                                            tmp_path: Path) -> None:
     run_dir, _, summary = small_run
     with RunReader(run_dir) as r:
-        coarse = write_report(tmp_path, summary, load_timeline(r, max_points=100), [], {})
+        coarse = write_report(tmp_path / "report.html", summary, load_timeline(r, max_points=100), [], {})
         size_coarse = coarse.stat().st_size
-        fine = write_report(tmp_path, summary, load_timeline(r, max_points=800), [], {})
+        fine = write_report(tmp_path / "report.html", summary, load_timeline(r, max_points=800), [], {})
     assert size_coarse < fine.stat().st_size < 2_000_000
 
 

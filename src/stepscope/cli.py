@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from stepscope.errors import StepscopeError
+from stepscope.store.rundir import RunDir
 
 app = typer.Typer(
     name="stepscope",
@@ -48,13 +49,13 @@ def _finish_run(run_dir: Path, *, show: bool = True, as_json: bool = False) -> d
     with RunReader(run_dir) as reader:
         timeline = load_timeline(reader)
         config = reader.run().config
-    html.write_report(run_dir, result, timeline, answers, config)
+    html.write_report(RunDir(run_dir).report, result, timeline, answers, config)
     if as_json:
         console.print_json(json.dumps(result, default=str))
     elif show:
         console.print(terminal.phase_table(result))
         console.print(terminal.explanation(answers))
-        console.print(f"report: {run_dir / 'report.html'}   summary: {run_dir / 'summary.json'}")
+        console.print(f"report: {RunDir(run_dir).report}   summary: {RunDir(run_dir).summary}")
     return result
 
 
@@ -173,7 +174,7 @@ def report(
         from stepscope.store.db import RunReader
 
         with RunReader(run_dir) as reader:
-            path = write_trace(run_dir / "trace.json", reader)
+            path = write_trace(RunDir(run_dir).trace, reader)
         console.print(f"trace: {path}  (open in https://ui.perfetto.dev)")
 
 
@@ -314,7 +315,7 @@ def watch(
     run_dir = out or Path("runs") / f"watch-{time.strftime('%Y%m%d-%H%M%S')}"
     result = run_watch(list(cmd), run_dir, interval_s=interval, no_preallocate=no_preallocate,
                        on_start=lambda pid: err_console.print(f"stepscope: watching pid {pid}, recording to {run_dir}"))
-    if (run_dir / "run.db").is_file():
+    if RunDir(run_dir).has_store():
         _finish_run(run_dir, as_json=as_json)
     raise typer.Exit(result.exit_code)
 
@@ -372,8 +373,8 @@ def _resolve_train_flags(params: dict[str, Any]) -> Any:
     given = {k: (str(v) if isinstance(v, Path) else v) for k, v in given.items()}
     resume = params.get("resume")
     base = None
-    if resume is not None and (Path(resume) / "config.yaml").is_file():
-        base = tcfg.load_yaml_config(Path(resume) / "config.yaml")
+    if resume is not None and RunDir(Path(resume)).config.is_file():
+        base = tcfg.load_yaml_config(RunDir(Path(resume)).config)
     return tcfg.resolve_config(given, params.get("config"), base=base)
 
 

@@ -38,6 +38,7 @@ from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import BOUND_FRAC, decide_verdict
 from stepscope.store.db import RunReader
 from stepscope.store.records import StepRecord
+from stepscope.store.rundir import RunDir
 
 STRAGGLER_EXCESS_FRAC = 0.15
 STRAGGLER_CONSISTENT_FRAC = 0.6
@@ -49,7 +50,6 @@ COMM_S_INCLUDES = (
     "hook: bucket handed over → all-reduce future completed, union over buckets); includes "
     "waiting for slower ranks; taken out of compute_s"
 )
-RANK_DB_GLOB = "run.rank*.db"
 
 StepKey = tuple[int, int]  # (epoch, step) of a training step
 
@@ -68,8 +68,7 @@ class RankData:
 
 def find_rank_stores(run_dir: Path) -> list[str]:
     """Store names of the ranks other than 0 in ``run_dir`` (``run.rank<k>.db``), by rank."""
-    names = [p.name for p in Path(run_dir).glob(RANK_DB_GLOB)]
-    return sorted(names, key=lambda n: int(n.removeprefix("run.rank").removesuffix(".db")))
+    return RunDir(Path(run_dir)).rank_db_names()
 
 
 def load_rank(reader: RunReader) -> RankData:
@@ -308,7 +307,7 @@ def merge_ranks(readers: Sequence[RunReader]) -> dict[str, Any]:
     """The per-rank table (``summary["ranks"]``) and the job's verdict (``distributed``).
 
     Examples:
-        >>> with RunReader(d, db_name="run.db") as r0, RunReader(d, db_name="run.rank1.db") as r1:
+        >>> with RunReader(d) as r0, RunReader(d, db_name=rank_db_name(1)) as r1:
         ...     merged = merge_ranks([r0, r1])
         >>> [(r["rank"], r["straggler"], r["cause"]) for r in merged["ranks"]]
         [(0, False, None), (1, True, 'input')]

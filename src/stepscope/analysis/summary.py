@@ -29,9 +29,9 @@ from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import decide_verdict
 from stepscope.store.db import RunReader
 from stepscope.store.records import Fact, PhaseRecord, RunInfo, StepRecord
+from stepscope.store.rundir import RunDir
 
 SCHEMA_VERSION = 1
-SUMMARY_NAME = "summary.json"
 STRAGGLER_FRAC = 0.9  # a rank below 90 % of the median throughput holds the others back
 
 
@@ -341,8 +341,8 @@ def write_summary(run_dir: Path) -> dict[str, Any]:
         summary = build_summary(reader)
     # A distributed run: rank 0 wrote run.db, the others run.rank<k>.db; merge their view.
     add_rank_stores(summary, run_dir)
-    target = run_dir / SUMMARY_NAME
-    tmp = target.with_name(f".{SUMMARY_NAME}.{os.getpid()}.tmp")
+    target = RunDir(run_dir).summary
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     # Write-then-rename: a reader (the live report, `compare`) never sees half a file.
     tmp.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
     os.replace(tmp, target)
@@ -355,7 +355,7 @@ def _json_default(o: object) -> Any:
 
 def load_summary(run_dir: Path) -> dict[str, Any]:
     """Read ``summary.json`` back (the CLI's ``explain`` and ``compare`` use it)."""
-    return dict(json.loads((Path(run_dir) / SUMMARY_NAME).read_text()))
+    return dict(json.loads(RunDir(Path(run_dir)).summary.read_text()))
 
 
 __all__ = ["aggregate_ranks", "build_summary", "load_summary", "phase_window", "write_summary"]

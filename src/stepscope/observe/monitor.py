@@ -37,6 +37,7 @@ from stepscope.observe.sampling import phase_io_totals, phase_resident_frac
 from stepscope.observe.steps import GpuEvent, StepTimer
 from stepscope.store.db import RunWriter
 from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
+from stepscope.store.rundir import DB_NAME
 
 T = TypeVar("T")
 
@@ -121,7 +122,7 @@ class Monitor(AbstractContextManager["Monitor"]):
         config: dict[str, Any] | None = None,
         rank: int = 0,
         world_size: int = 1,
-        db_name: str = "run.db",
+        db_name: str = DB_NAME,
         root_pid: int | None = None,
         host_samplers: bool = True,
         clock: Callable[[], float] = time.perf_counter,

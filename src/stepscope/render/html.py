@@ -41,7 +41,6 @@ from stepscope.render.terminal import (
     phase_verdict,
 )
 
-REPORT_NAME = "report.html"
 PART_COLORS = {"wait": "#e15759", "copy": "#edc948", "compute": "#4e79a7", "other": "#bab0ac"}
 NVML_NOTE = (
     "NVML's “GPU utilization” is the share of time in which at least one kernel was running "
@@ -507,12 +506,12 @@ def render_report(summary: dict[str, Any], timeline: Timeline, answers: Sequence
                  [b for b in body if b])
 
 
-def write_report(run_dir: Path, summary: dict[str, Any], timeline: Timeline,
+def write_report(path: Path, summary: dict[str, Any], timeline: Timeline,
                  answers: Sequence[AnswerLike], config: dict[str, Any]) -> Path:
     """Write ``run_dir/report.html``: one self-contained file that opens offline.
 
     Args:
-        run_dir: the run directory (the report goes beside run.db).
+        path: where the report goes (the cli passes ``RunDir(run_dir).report``).
         summary: the ``summary.json`` dict (DESIGN.md schema 1).
         timeline: the run's bucketed history (``analysis.timeline.load_timeline``).
         answers: explanation answers (objects with ``title`` and ``text``).
@@ -523,9 +522,9 @@ def write_report(run_dir: Path, summary: dict[str, Any], timeline: Timeline,
 
     Examples:
         >>> with RunReader(run_dir) as r:
-        ...     path = write_report(run_dir, summary, load_timeline(r), explain(summary), cfg)
+        ...     path = write_report(RunDir(run_dir).report, summary, load_timeline(r), explain(summary), cfg)
     """
-    return _write(Path(run_dir) / REPORT_NAME, render_report(summary, timeline, answers, config))
+    return _write(Path(path), render_report(summary, timeline, answers, config))
 
 
 # -- comparison report -------------------------------------------------------------------------------

@@ -30,9 +30,9 @@ from stepscope.store.records import (
     Sample,
     StepRecord,
 )
+from stepscope.store.rundir import DB_NAME
 
 SCHEMA_VERSION = 1
-DB_NAME = "run.db"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);

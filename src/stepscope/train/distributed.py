@@ -54,20 +54,15 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from stepscope.errors import StepscopeError
 from stepscope.observe.monitor import Monitor
 from stepscope.observe.steps import StepTimer
+from stepscope.store.rundir import RunDir, rank_db_name
 from stepscope.train.config import TrainConfig
 from stepscope.train.setup import Setup, resolve_workers, usable_cores
 
-PRIMARY_DB = "run.db"
 # Tests only: make this rank a real input straggler (inline loading, the seed's slow SciPy
 # augmentation) while the others keep fast workers. Not a user option.
 SLOW_RANK_ENV = "STEPSCOPE_TEST_SLOW_RANK"
 # How long a rank waits for the others at a collective before giving up with an error.
 DEFAULT_TIMEOUT_S = 600.0
-
-
-def rank_db_name(rank: int) -> str:
-    """The store a rank writes: ``run.db`` for rank 0, ``run.rank<k>.db`` for the others."""
-    return PRIMARY_DB if rank == 0 else f"run.rank{rank}.db"
 
 
 class ShardSampler(Sampler[int]):
@@ -357,18 +352,18 @@ def collect_rank_stores(dist: Dist, run_dir: Path) -> list[int]:
     missing: list[Any] = [None]
     if dist.is_primary:
         missing[0] = [k for k in range(1, dist.world_size)
-                      if not (run_dir / rank_db_name(k)).is_file()]
+                      if not RunDir(run_dir).rank_db(k).is_file()]
     tdist.broadcast_object_list(missing, src=0)
     ranks: list[int] = missing[0]
     if not ranks:
         return []
-    mine = (run_dir / dist.db_name).read_bytes() if dist.rank in ranks else None
+    mine = RunDir(run_dir).rank_db(dist.rank).read_bytes() if dist.rank in ranks else None
     gathered: list[Any] | None = [None] * dist.world_size if dist.is_primary else None
     tdist.gather_object(mine, gathered, dst=0)
     if dist.is_primary and gathered is not None:
         for k in ranks:
             if gathered[k] is not None:
-                (run_dir / rank_db_name(k)).write_bytes(gathered[k])
+                RunDir(run_dir).rank_db(k).write_bytes(gathered[k])
     return ranks
 
 

@@ -15,6 +15,7 @@ import torch
 
 from stepscope.errors import StepscopeError
 from stepscope.observe.monitor import LiveStats, Monitor
+from stepscope.store.rundir import RunDir
 from stepscope.train import checkpoint, data, featcache, gpuaug, memory, precision, setup
 from stepscope.train.config import TrainConfig, default_run_dir, save_config
 from stepscope.train.distributed import Dist
@@ -184,19 +185,19 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
     if not dist.is_primary:
         progress = _Quiet()
     run_dir = dist.agree_path(Path(cfg.resume) if cfg.resume else default_run_dir(cfg))
-    if not cfg.resume and any((run_dir / n).exists() for n in ("run.db", "checkpoints")):
+    if not cfg.resume and RunDir(run_dir).has_training_state():
         raise StepscopeError(
             f"{run_dir} already holds a run: use --resume {run_dir} to continue it, "
             "or another --out to start a new one"
         )
     dist.barrier()  # every rank has checked before any rank creates run files
-    resume_state = checkpoint.load_checkpoint(run_dir / "checkpoints" / "last.pt") if cfg.resume else None
+    resume_state = checkpoint.load_checkpoint(RunDir(run_dir).last_checkpoint) if cfg.resume else None
     baseline_bytes = memory.process_rss_bytes()
     s = setup.build(cfg)
     _apply_memory_controls(cfg, s.device, progress)
     run_dir.mkdir(parents=True, exist_ok=True)
     if dist.is_primary:
-        save_config(cfg, run_dir / "config.yaml")
+        save_config(cfg, RunDir(run_dir).config)
     trainable = [p for p in s.model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=cfg.lr)
     rows: list[dict[str, Any]] = []
@@ -254,7 +255,7 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
             rows.append(row)
             if dist.is_primary:
                 best = _save_checkpoints(mon, s, optimizer, cfg, run_dir, epoch, rows, best)
-                _write_metrics(run_dir / "metrics.csv", rows)
+                _write_metrics(RunDir(run_dir).metrics_csv, rows)
             if all_bad:
                 progress.message(_bad_files_message(all_bad))
             progress.epoch_end(row)
@@ -285,13 +286,13 @@ def _save_checkpoints(
         "config": cfg.to_dict(),
     }
     value = rows[-1].get(cfg.monitor_metric)
-    ckpt_dir = run_dir / "checkpoints"
+    rd = RunDir(run_dir)
     if value is not None and _is_better(cfg.monitor_metric, value, best):
         best = value
         state["best"] = best
-        w = checkpoint.save_checkpoint(state, ckpt_dir / "best.pt")
+        w = checkpoint.save_checkpoint(state, rd.best_checkpoint)
         mon.record("trainer", "checkpoint_write_s", w.seconds)
         mon.fact("model.file_bytes", w.bytes, "size of checkpoints/best.pt on disk")
-    w = checkpoint.save_checkpoint(state, ckpt_dir / "last.pt")
+    w = checkpoint.save_checkpoint(state, rd.last_checkpoint)
     mon.record("trainer", "checkpoint_write_s", w.seconds)
     return best
