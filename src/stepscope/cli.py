@@ -36,27 +36,23 @@ err_console = Console(stderr=True, highlight=False)
 Opt = typer.Option
 
 
-def _finish_run(run_dir: Path, *, show: bool = True, as_json: bool = False) -> dict[str, Any]:
-    """Analyse a recorded run, write summary.json and report.html, print the verdicts."""
-    from stepscope.analysis import summary as summ
-    from stepscope.analysis.explain import explain
-    from stepscope.analysis.timeline import load_timeline
-    from stepscope.render import html, terminal
-    from stepscope.store.db import RunReader
+def _finish_run(run_dir: Path, *, show: bool = True, as_json: bool = False,
+                tensorboard: Path | None = None) -> dict[str, Any]:
+    """Analyse a recorded run, write summary.json and report.html (and TensorBoard event files
+    into ``tensorboard``), print the verdicts."""
+    from stepscope.finish import finish_run
+    from stepscope.render import terminal
 
-    result = summ.write_summary(run_dir)
-    answers = explain(result)
-    with RunReader(run_dir) as reader:
-        timeline = load_timeline(reader)
-        config = reader.run().config
-    html.write_report(RunDir(run_dir).report, result, timeline, answers, config)
+    done = finish_run(run_dir, tensorboard=tensorboard)
+    if tensorboard is not None:
+        err_console.print(f"tensorboard: {tensorboard}  (tensorboard --logdir {tensorboard})")
     if as_json:
-        console.print_json(json.dumps(result, default=str))
+        console.print_json(json.dumps(done.summary, default=str))
     elif show:
-        console.print(terminal.phase_table(result))
-        console.print(terminal.explanation(answers))
+        console.print(terminal.phase_table(done.summary))
+        console.print(terminal.explanation(done.answers))
         console.print(f"report: {RunDir(run_dir).report}   summary: {RunDir(run_dir).summary}")
-    return result
+    return done.summary
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -116,6 +112,7 @@ def train(
     resume: Annotated[Path | None, Opt(help="Continue RUN_DIR from its last.pt.")] = None,
     max_steps: Annotated[int | None, Opt(help="Stop each phase after N steps (smoke tests).")] = None,
     config: Annotated[Path | None, Opt(help="YAML config (e.g. a run's config.yaml or tune's output); flags override it.")] = None,
+    tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard event files (steps, phases, system series, findings, explanation) to this folder, at the end of the run.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print summary.json at the end instead of tables.")] = False,
     nproc: Annotated[int | None, Opt(help="Run N DDP ranks on this machine under torchrun, e.g. --nproc 2.")] = None,
 ) -> None:
@@ -136,7 +133,7 @@ def train(
     if result.rank != 0:  # under torchrun only rank 0 analyses (all ranks' stores) and prints
         return
     if cfg.monitor:
-        _finish_run(result.run_dir, as_json=as_json)
+        _finish_run(result.run_dir, as_json=as_json, tensorboard=tensorboard)
     console.print(f"run directory: {result.run_dir}")
 
 
@@ -162,13 +159,14 @@ def predict(
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (holds run.db).")],
     trace: Annotated[bool, Opt(help="Also write trace.json (Chrome Trace Event format, opens in Perfetto).")] = False,
+    tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard event files (steps, phases, system series, findings, explanation) to this folder.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print summary.json.")] = False,
 ) -> None:
     """(Re)analyse a run: summary.json, report.html, and optionally trace.json.
 
-    Example: stepscope report runs/first --trace
+    Example: stepscope report runs/first --trace --tensorboard tb/first
     """
-    _finish_run(run_dir, as_json=as_json)
+    _finish_run(run_dir, as_json=as_json, tensorboard=tensorboard)
     if trace:
         from stepscope.render.trace import write_trace
         from stepscope.store.db import RunReader
@@ -299,6 +297,7 @@ def watch(
     out: Annotated[Path | None, Opt(help="Run directory. [default: runs/watch-<time>]")] = None,
     interval: Annotated[float, Opt(help="Sampling period in seconds (0.1–60).")] = 1.0,
     no_preallocate: Annotated[bool, Opt("--no-preallocate", help="Make TensorFlow/JAX allocate GPU memory as needed (TF_FORCE_GPU_ALLOW_GROWTH=true, XLA_PYTHON_CLIENT_PREALLOCATE=false), so their real need shows.")] = False,
+    tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard event files (steps, phases, system series, findings, explanation) to this folder, at the end of the run.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print summary.json at the end instead of tables.")] = False,
 ) -> None:
     """Run any training command and diagnose it, no code change: PyTorch DataLoader loops,
@@ -316,7 +315,7 @@ def watch(
     result = run_watch(list(cmd), run_dir, interval_s=interval, no_preallocate=no_preallocate,
                        on_start=lambda pid: err_console.print(f"stepscope: watching pid {pid}, recording to {run_dir}"))
     if RunDir(run_dir).has_store():
-        _finish_run(run_dir, as_json=as_json)
+        _finish_run(run_dir, as_json=as_json, tensorboard=tensorboard)
     raise typer.Exit(result.exit_code)
 
 
@@ -366,7 +365,8 @@ def _resolve_train_flags(params: dict[str, Any]) -> Any:
     from stepscope.train import config as tcfg
 
     given = {k: v for k, v in params.items()
-             if k not in ("config", "as_json", "no_monitor", "no_feature_cache", "nproc")}
+             if k not in ("config", "as_json", "no_monitor", "no_feature_cache", "nproc",
+                          "tensorboard")}
     given["monitor"] = False if params.get("no_monitor") else None
     given["feature_cache"] = False if params.get("no_feature_cache") else None
     given["interval_s"] = given.pop("interval", None)
