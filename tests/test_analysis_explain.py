@@ -49,7 +49,7 @@ def test_answers_are_numbered_and_start_with_the_headline(tmp_path: Path) -> Non
 
 def test_train_vs_val_is_explained_with_per_image_numbers(tmp_path: Path) -> None:
     a = _by_title(_seed_like(tmp_path), "validation differs")
-    assert "Validation ran at 145 img/s against 32 img/s in training (4.5× faster)" in a.text
+    assert "Validation ran at 145 img/s against 32.0 img/s in training (4.5× faster)" in a.text
     assert "waited 22 ms for data in training and 3.8 ms in validation" in a.text
     assert "not augmented" in a.text and "no backward" in a.text
 

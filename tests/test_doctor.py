@@ -18,7 +18,8 @@ import pytest
 import torch
 from rich.console import Console
 
-from stepscope.analysis.doctor import bottleneck, cache_prediction, caveats, fmt_rate, prediction
+from stepscope.analysis.doctor import bottleneck, cache_prediction, caveats, prediction
+from stepscope.analysis.fmt import fmt_rate
 from stepscope.errors import DataError, ModelError
 from stepscope.observe.machine import parse_cpuinfo
 from stepscope.render.doctor import doctor_view

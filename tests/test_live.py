@@ -35,4 +35,4 @@ def test_snapshot_of_a_live_run(tmp_path: Path) -> None:
     console.print(top_view(snap))
     text = console.export_text()
     assert "epoch 1 train: 4 steps, 32 images" in text
-    assert "60%" in text and "95%" in text and "180%" in text
+    assert "60 %" in text and "95 %" in text and "180 %" in text

@@ -10,16 +10,8 @@ from typing import Any
 from rich.console import Console, RenderableType
 
 from stepscope.analysis.compare import compare_summaries
-from stepscope.render.terminal import (
-    LiveStatus,
-    comparison_table,
-    explanation,
-    findings_panel,
-    fmt_bytes,
-    make_console,
-    memory_table,
-    phase_table,
-)
+from stepscope.analysis.fmt import fmt_bytes
+from stepscope.render.terminal import comparison_table, explanation, phase_table
 
 SUMMARY: dict[str, Any] = {
     "run": {"name": "seed", "status": "completed"},
@@ -64,41 +56,15 @@ def test_phase_table() -> None:
     assert render(phase_table(SUMMARY)) == [
         "Epochs and phases (steady-state steps)",
         "",
-        " epoch     img/s   wait   copy   comp   verdict                 disk   cache   resident   CPU   GPU",
+        " epoch     img/s   wait   copy   comp   verdict             disk   cache     resident    CPU    GPU",
         " " + "─" * 98,
-        " 1 train     8.0    62%     1%    35%   input-bound           450 MB   20 MB     0%→82%   61%     —",
+        " 1 train     8.0   62 %    1 %   35 %   input-bound       450 MB   20 MB     0 %→82 %   61 %      —",
         "                                        (storage)",
-        " 1 val      20.0    10%     1%    87%   compute-bound         100 MB     0 B   82%→100%   98%   71%",
+        " 1 val      20.0   10 %    1 %   87 %   compute-bound     100 MB     0 B   82 %→100 %   98 %   71 %",
         "",
         "wait = blocked on the data loader, copy = host→device, comp = forward+backward+optimizer (shares of",
         "step time); disk = bytes read from the device, cache = bytes served by the page cache; resident =",
         "share of the dataset in the page cache at start→end; CPU = mean over cores, GPU = NVML utilization",
-    ]
-
-
-def test_findings_panel() -> None:
-    assert render(findings_panel(SUMMARY)) == [
-        "╭─ Findings " + "─" * 87 + "╮",
-        "│ [critical] Epoch 1 waits for the disk" + " " * 60 + "│",
-        "│   evidence: 62% of step time blocked in the loader" + " " * 47 + "│",
-        "│   evidence: 450 MB read from disk" + " " * 64 + "│",
-        "│   fix: warm the page cache or use faster storage" + " " * 49 + "│",
-        "│   expected gain: x2.5 img/s in epoch 1" + " " * 59 + "│",
-        "╰" + "─" * 98 + "╯",
-    ]
-    assert "No findings" in render(findings_panel({}))[1]
-
-
-def test_memory_table() -> None:
-    assert render(memory_table(SUMMARY)) == [
-        "Memory on cuda:0: 6.5 GB in use",
-        "",
-        " item             bytes   share   how measured",
-        " " + "─" * 56,
-        " CUDA context    400 MB      6%   NVML used − reserved",
-        " weights         220 MB      3%   parameters + buffers",
-        " unattributed   5.88 GB     90%   total − the items above",
-        "",
     ]
 
 
@@ -109,15 +75,15 @@ def test_comparison_table() -> None:
                           verdict="compute-bound", input_cause=None)
     lines = render(comparison_table(compare_summaries(SUMMARY, b)))
     assert lines[:7] == [
-        "training: 8.0 → 20.0 img/s (×2.50)   validation: 20.0 → 20.0 img/s (×1.00)",
+        "training: 8.0 → 20.0 img/s (2.5×)   validation: 20.0 → 20.0 img/s (1.00×)",
         "warm vs seed",
         "",
-        " epoch   phase   a img/s   b img/s     b÷a   wait a→b   verdict a → b",
-        " " + "─" * 92,
-        "     1   train       8.0      20.0   ×2.50     62%→5%   input-bound (storage) → compute-bound",
-        "     1   val        20.0      20.0   ×1.00    10%→10%   compute-bound",
+        " epoch   phase   a img/s   b img/s     b÷a    wait a→b   verdict a → b",
+        " " + "─" * 93,
+        "     1   train       8.0      20.0    2.5×    62 %→5 %   input-bound (storage) → compute-bound",
+        "     1   val        20.0      20.0   1.00×   10 %→10 %   compute-bound",
     ]
-    assert " total           6.5 GB    6.5 GB     0 B" in lines
+    assert " total          6.5 GB   6.5 GB     0 B" in lines
 
 
 @dataclass
@@ -132,43 +98,6 @@ def test_explanation() -> None:
         "Why is the disk idle after epoch 1?", "The page cache holds the files."]
 
 
-def test_live_status_shows_only_known_values() -> None:
-    s = LiveStatus()
-    assert s.plain() == ""
-    s.update(data_wait_frac=0.42, cpu_util_pct=61.0, disk_read_bytes_per_s=12e6)
-    assert s.plain() == "wait 42% · CPU 61% · disk 12 MB/s"
-
-    @dataclass
-    class Stats:  # the monitor's LiveStats has these attribute names
-        images_per_s: float | None = 23.5
-        gpu_util_pct: float | None = 30.0
-
-    s.update(Stats())
-    assert s.plain() == "23.5 img/s · wait 42% · CPU 61% · GPU 30% · disk 12 MB/s"
-    assert render(s) == ["23.5 img/s · wait 42% · CPU 61% · GPU 30% · disk 12 MB/s"]
-
-
-def test_make_console_writes_plain_text_to_a_pipe(monkeypatch: Any) -> None:
-    monkeypatch.setenv("FORCE_COLOR", "1")  # even when the environment asks for colour
-    buf = io.StringIO()
-    console = make_console(buf, width=80)
-    console.print(phase_table(SUMMARY))
-    assert "\x1b[" not in buf.getvalue()
-    assert not console.is_terminal
-
-
-def test_no_color_is_honoured(monkeypatch: Any) -> None:
-    monkeypatch.setenv("NO_COLOR", "1")
-
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    buf = Tty()
-    make_console(buf, width=80).print(phase_table(SUMMARY))
-    assert "\x1b[31" not in buf.getvalue() and "\x1b[1;31" not in buf.getvalue()
-
-
 def test_fmt_bytes() -> None:
     assert [fmt_bytes(v) for v in (None, 0, 999, 1500, 6.5e9, 999.96e6, -2e6)] == [
-        "—", "0 B", "999 B", "1.5 kB", "6.5 GB", "1 GB", "-2 MB"]
+        "—", "0 B", "999 B", "1.5 kB", "6.5 GB", "1.0 GB", "-2.0 MB"]

@@ -119,7 +119,7 @@ def test_table_marks_the_winner_with_spread_and_reason() -> None:
     winner = next(line for line in lines if "★ winner" in line)
     assert "2 worker(s), prefetch 2" in winner and " 120 " in winner and "110–125" in winner
     yours = next(line for line in lines if line.startswith("yours"))
-    assert "50.0" in yours and "45.0–55.0" in yours and "62%" in yours
+    assert "50.0" in yours and "45.0–55.0" in yours and "62 %" in yours
     assert "skipped: compute share of the budget spent" in out
     assert "1,400" in out and "1,300–1,500" in out
     assert "why: 2 workers trained at 120 img/s." in out

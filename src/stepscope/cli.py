@@ -66,11 +66,12 @@ def data_synth(
 
     Example: stepscope data synth data/catsdogs --images 2000 --seed 0
     """
+    from stepscope.analysis.fmt import fmt_bytes
     from stepscope.train.synth import synth_dataset
 
     with console.status("writing images…"):
         res = synth_dataset(out, images=images, seed=seed)
-    console.print(f"wrote {res.files} images ({res.bytes / 1e6:.1f} MB) to {out}/images; "
+    console.print(f"wrote {res.files} images ({fmt_bytes(res.bytes)}) to {out}/images; "
                   f"{out}/train.csv ({res.train_images} rows), {out}/valid.csv ({res.val_images} rows)")
 
 

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from stepscope.analysis.fmt import fmt_bytes, fmt_pct
+from stepscope.analysis.fmt import fmt_bytes, fmt_pct, fmt_rate
 
 Side = Literal["input", "model"]
 
@@ -113,18 +113,6 @@ def bottleneck(report: dict[str, Any]) -> Bottleneck:
         augmented=bool(ceil.get("decode_augment")), cores=cores, loader_cores=loader_cores,
         workers=workers, expected_images_per_s=expected,
     )
-
-
-def fmt_rate(images_per_s: float) -> str:
-    """Images per second as people quote them: "8.5", "23.5", "1,400".
-
-    Examples:
-        >>> fmt_rate(8.46), fmt_rate(23.46), fmt_rate(1385.2)
-        ('8.5', '23.5', '1,385')
-    """
-    if images_per_s < 100:
-        return f"{images_per_s:.1f}"
-    return f"{images_per_s:,.0f}"
 
 
 def _trunk_words(b: Bottleneck) -> str:

@@ -10,7 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.analysis.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_pct, fmt_ratio, fmt_s
+from stepscope.analysis.fmt import (
+    fmt_bytes,
+    fmt_count,
+    fmt_img_s,
+    fmt_ms,
+    fmt_pct,
+    fmt_pct_value,
+    fmt_ratio,
+    fmt_s,
+)
 
 Summary = dict[str, Any]
 COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
@@ -27,16 +36,9 @@ class Answer:
     text: str
 
 
-def _ms(v: float | None) -> str:
+def _ms_of(v: float | None) -> str:
+    """A figure the summary keeps in milliseconds (``*_ms_per_step``, ``*_ms_per_image``)."""
     return fmt_ms(None if v is None else v / 1000.0)
-
-
-def _rate(v: float | None) -> str:
-    return "unknown" if v is None else f"{v:.1f} img/s" if v < 10 else f"{v:.0f} img/s"
-
-
-def _cpu(v: float | None) -> str:
-    return "unknown" if v is None else f"{v:.0f} %"
 
 
 _CAUSE_WORDS = {
@@ -48,10 +50,10 @@ _CAUSE_WORDS = {
 
 
 def _split_words(agg: dict[str, Any]) -> str:
-    return (f"A step took {_ms(agg['step_ms_per_step'])}: {_ms(agg['data_wait_ms_per_step'])} "
-            f"waiting for data, {_ms(agg['transfer_ms_per_step'])} copying to the device, "
-            f"{_ms(agg['compute_ms_per_step'])} computing and {_ms(agg['other_ms_per_step'])} "
-            f"other; {_rate(agg['images_per_s'])} over the phase.")
+    return (f"A step took {_ms_of(agg['step_ms_per_step'])}: {_ms_of(agg['data_wait_ms_per_step'])} "
+            f"waiting for data, {_ms_of(agg['transfer_ms_per_step'])} copying to the device, "
+            f"{_ms_of(agg['compute_ms_per_step'])} computing and {_ms_of(agg['other_ms_per_step'])} "
+            f"other; {fmt_img_s(agg['images_per_s'])} over the phase.")
 
 
 def headline(s: Summary) -> tuple[str, str] | None:
@@ -84,8 +86,8 @@ def headline(s: Summary) -> tuple[str, str] | None:
 
 def _system_only(s: Summary) -> str:
     sysf = s.get("system") or {}
-    parts = [f"host CPU averaged {_cpu(sysf.get('cpu_util_pct'))} "
-             f"(peak {_cpu(sysf.get('cpu_util_max_pct'))})"]
+    parts = [f"host CPU averaged {fmt_pct_value(sysf.get('cpu_util_pct'))} "
+             f"(peak {fmt_pct_value(sysf.get('cpu_util_max_pct'))})"]
     if sysf.get("tree_rchar_bytes") is not None:
         parts.append(f"the processes read {fmt_bytes(sysf['tree_rchar_bytes'])} of files, "
                      f"{fmt_bytes(sysf.get('tree_read_bytes'))} of it from disk")
@@ -104,14 +106,14 @@ def train_vs_val(s: Summary) -> tuple[str, str] | None:
         return None
     ratio = va["images_per_s"] / tr["images_per_s"]
     faster = ratio >= 1.0
-    text = (f"Validation ran at {_rate(va['images_per_s'])} against {_rate(tr['images_per_s'])} in "
+    text = (f"Validation ran at {fmt_img_s(va['images_per_s'])} against {fmt_img_s(tr['images_per_s'])} in "
             f"training ({fmt_ratio(ratio if faster else 1 / ratio)} {'faster' if faster else 'slower'}). "
-            f"Per image, the loop waited {_ms(tr['data_wait_ms_per_image'])} for data in training "
-            f"and {_ms(va['data_wait_ms_per_image'])} in validation, and computed "
-            f"{_ms(tr['compute_ms_per_image'])} against {_ms(va['compute_ms_per_image'])}.")
+            f"Per image, the loop waited {_ms_of(tr['data_wait_ms_per_image'])} for data in training "
+            f"and {_ms_of(va['data_wait_ms_per_image'])} in validation, and computed "
+            f"{_ms_of(tr['compute_ms_per_image'])} against {_ms_of(va['compute_ms_per_image'])}.")
     lt, lv = tr.get("loader_cpu_ms_per_image"), va.get("loader_cpu_ms_per_image")
     if lt is not None and lv is not None:
-        text += (f" The loader spent {_ms(lt)} of CPU per training image and {_ms(lv)} per "
+        text += (f" The loader spent {_ms_of(lt)} of CPU per training image and {_ms_of(lv)} per "
                  "validation image.")
     reasons = []
     augmented = (s.get("run") or {}).get("augment") != "none"
@@ -216,11 +218,11 @@ def cpu_pattern(s: Summary) -> tuple[str, str] | None:
     if not tr or tr.get("cpu_util_pct") is None:
         return None
     cores = (s.get("host") or {}).get("cores")
-    text = f"Host CPU averaged {_cpu(tr['cpu_util_pct'])}"
+    text = f"Host CPU averaged {fmt_pct_value(tr['cpu_util_pct'])}"
     text += f" of {cores:.0f} cores" if cores else ""
     text += " during training"
     if va and va.get("cpu_util_pct") is not None:
-        text += f" and {_cpu(va['cpu_util_pct'])} during validation"
+        text += f" and {fmt_pct_value(va['cpu_util_pct'])} during validation"
     text += "."
     ws = [p for p in s.get("phases") or [] if p.get("worker_cpu_pct")]
     if ws:
@@ -337,11 +339,11 @@ def val_inference(s: Summary) -> tuple[str, str] | None:
         return None
     lv, lt = va.get("loader_cpu_ms_per_image"), tr.get("loader_cpu_ms_per_image")
     if lv is not None and lt is not None and lv > 0:
-        cost = (f"the loader still spent {_ms(lv)} of CPU per validation image against {_ms(lt)} "
+        cost = (f"the loader still spent {_ms_of(lv)} of CPU per validation image against {_ms_of(lt)} "
                 "per training image")
     elif va.get("workers") == 0 and va.get("data_wait_ms_per_image"):
         # With workers=0 the wait is the loading itself, done inline by the training process.
-        cost = (f"the training process still spent {_ms(va['data_wait_ms_per_image'])} loading "
+        cost = (f"the training process still spent {_ms_of(va['data_wait_ms_per_image'])} loading "
                 "each validation image")
     else:
         return None

@@ -9,8 +9,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from stepscope.analysis.doctor import cache_prediction, caveats, fmt_rate, prediction
-from stepscope.analysis.fmt import fmt_bytes, fmt_pct
+from stepscope.analysis.doctor import cache_prediction, caveats, prediction
+from stepscope.analysis.fmt import fmt_bytes, fmt_pct, fmt_rate
 
 _ISA_NAMES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX512-BF16",
               "amx_tile": "AMX", "amx_bf16": "AMX-BF16"}

@@ -16,6 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.analysis.compare import Comparison
+from stepscope.analysis.fmt import (
+    MISSING,
+    fmt_bytes,
+    fmt_duration,
+    fmt_num,
+    fmt_pct,
+    fmt_pct_value,
+    fmt_ratio,
+)
 from stepscope.analysis.timeline import Series, Timeline, sum_series
 from stepscope.render.svg import (
     PALETTE,
@@ -32,10 +41,6 @@ from stepscope.render.svg import (
 )
 from stepscope.render.terminal import (
     AnswerLike,
-    fmt_bytes,
-    fmt_num,
-    fmt_pct,
-    fmt_ratio,
     fmt_residency,
     fmt_verdict,
     phase_verdict,
@@ -89,14 +94,8 @@ def _write(path: Path, text: str) -> Path:
 
 def _when(t: float | None) -> str:
     if not t:
-        return "—"
+        return MISSING
     return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _duration(seconds: float) -> str:
-    h, rem = divmod(round(seconds), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
 
 
 # -- timeline helpers ---------------------------------------------------------------------------
@@ -339,7 +338,7 @@ def _phase_table(summary: dict[str, Any]) -> str:
         more = [fmt_bytes(p.get("disk_read_bytes")), fmt_bytes(p.get("cache_read_bytes")),
                 fmt_residency(p.get("dataset_resident_frac_start"),
                               p.get("dataset_resident_frac_end")),
-                _pct(p.get("cpu_util_pct")), _pct(p.get("gpu_util_pct"))]
+                fmt_pct_value(p.get("cpu_util_pct")), fmt_pct_value(p.get("gpu_util_pct"))]
         tds += "".join(f"<td>{esc(c)}</td>" for c in more)
         rows.append(f"<tr>{tds}</tr>")
     if not rows:
@@ -351,10 +350,6 @@ def _phase_table(summary: dict[str, Any]) -> str:
                    "(input-bound = waiting for data; in brackets, why: storage, CPU or too few "
                    "workers). Disk read: bytes from the device; cached read: bytes served from "
                    "the page cache; dataset cached: at the phase's start → end."))
-
-
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{v:.0f}%"
 
 
 # -- sections: memory ledger, findings, explanation, configuration ---------------------------------
@@ -437,8 +432,8 @@ def _processes(tl: Timeline) -> str:
         return ""
     rows = "".join(
         f"<tr><td>{p.pid}</td><td>{p.ppid}</td><td class=\"l\">{esc(p.role)}</td>"
-        f"<td class=\"wrap mono\">{esc(p.name)}</td><td>{esc(_duration(p.first_t - tl.t0))}</td>"
-        f"<td>{esc(_duration(p.last_t - tl.t0))}</td></tr>" for p in tl.processes[:500])
+        f"<td class=\"wrap mono\">{esc(p.name)}</td><td>{esc(fmt_duration(p.first_t - tl.t0))}</td>"
+        f"<td>{esc(fmt_duration(p.last_t - tl.t0))}</td></tr>" for p in tl.processes[:500])
     more = (f"<p class=\"how\">…and {len(tl.processes) - 500} more.</p>"
             if len(tl.processes) > 500 else "")
     return ("<h3>Processes observed</h3><table><thead><tr><th>pid</th><th>parent</th>"
@@ -467,7 +462,7 @@ def _header(summary: dict[str, Any], tl: Timeline | None) -> str:
     span = (ended - started) if started and ended else (tl.t1 - tl.t0 if tl else 0.0)
     cards = [(fmt_num(_train_rate(summary, "train")), "training images / s (all epochs)"),
              (fmt_num(_train_rate(summary, "val")), "validation images / s"),
-             (_duration(span), "wall time"),
+             (fmt_duration(span), "wall time"),
              (fmt_bytes((summary.get("memory") or {}).get("total_bytes")), "memory in use "
               f"({(summary.get('memory') or {}).get('device') or '?'})"),
              (fmt_pct(summary.get("monitor_overhead_frac")), "cost of monitoring")]

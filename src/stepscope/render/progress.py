@@ -12,18 +12,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-
-def _fmt_pct(value: float | None, scale: float = 1.0) -> str:
-    return "–" if value is None else f"{value * scale:.0f}%"
+from stepscope.analysis.fmt import fmt_bytes_per_s, fmt_img_s, fmt_pct, fmt_pct_value
 
 
 def live_text(live: Any) -> str:
-    """``wait 62% cpu 98% gpu – disk 1.2 MB/s`` from a LiveStats."""
-    disk = live.disk_read_bytes_per_s
-    disk_s = "–" if disk is None else f"{disk / 1e6:.1f} MB/s"
+    """``wait 62 % cpu 98 % gpu — disk 1.2 MB/s`` from a LiveStats."""
     return (
-        f"wait {_fmt_pct(live.data_wait_frac, 100)} cpu {_fmt_pct(live.cpu_util_pct)} "
-        f"gpu {_fmt_pct(live.gpu_util_pct)} disk {disk_s}"
+        f"wait {fmt_pct(live.data_wait_frac)} cpu {fmt_pct_value(live.cpu_util_pct)} "
+        f"gpu {fmt_pct_value(live.gpu_util_pct)} disk {fmt_bytes_per_s(live.disk_read_bytes_per_s)}"
     )
 
 
@@ -64,7 +60,7 @@ class TrainProgress:
     def _stats(loss: float | None, accuracy: float | None, live: Any) -> str:
         ips = live.images_per_s
         parts = [
-            "" if ips is None else f"{ips:.1f} img/s",
+            "" if ips is None else fmt_img_s(ips),
             "" if loss is None else f"loss {loss:.4f}",
             "" if accuracy is None else f"acc {accuracy:.3f}",
             live_text(live),

@@ -14,6 +14,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from stepscope.analysis.fmt import fmt_pct_value
+
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#59a14f", "#b07aa1", "#76b7b2", "#edc948",
            "#9c755f", "#ff9da7", "#bab0ac")
 PHASE_FILL = {"train": "#e3edf9", "val": "#fde6cc"}
@@ -27,10 +29,10 @@ def esc(value: object) -> str:
 
 
 def fmt_axis(v: float, unit: str) -> str:
-    """A tick label: ``pct`` → ``45%``, ``bytes`` → ``1.5 GB``, ``bytes_per_s`` → ``12 MB/s``,
+    """A tick label: ``pct`` → ``45 %``, ``bytes`` → ``1.5 GB``, ``bytes_per_s`` → ``12 MB/s``,
     ``ms`` → ``120 ms``; anything else prints the number and the unit."""
     if unit == "pct":
-        return f"{v:.0f}%"
+        return fmt_pct_value(v)
     if unit in ("bytes", "bytes_per_s"):
         suffix = "/s" if unit == "bytes_per_s" else ""
         for name in ("B", "kB", "MB", "GB", "TB"):

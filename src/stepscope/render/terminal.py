@@ -1,4 +1,4 @@
-"""Terminal views of a run's analysis (rich renderables) and the live progress-line extras.
+"""Terminal views of a run's analysis (rich renderables): the phase table, answers, comparisons.
 
 Every function takes plain analysis results (``summary.json`` dicts, a
 :class:`~stepscope.analysis.compare.Comparison`, explanation answers) and returns a rich
@@ -8,19 +8,24 @@ disk tools and nvidia-smi's "MB" in the seed's question are.
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import IO, Any, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.panel import Panel
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from stepscope.analysis.compare import Comparison
+from stepscope.analysis.fmt import (
+    MISSING,
+    fmt_bytes,
+    fmt_num,
+    fmt_pct,
+    fmt_pct_value,
+    fmt_ratio,
+    fmt_span,
+)
 
 VERDICT_STYLE = {
     "input-bound": "bold red",
@@ -28,8 +33,6 @@ VERDICT_STYLE = {
     "overhead-bound": "yellow",
     "compute-bound": "green",
 }
-SEVERITY_STYLE = {"critical": "bold red", "high": "bold red", "warning": "yellow",
-                  "medium": "yellow", "info": "cyan", "low": "cyan"}
 
 
 class AnswerLike(Protocol):
@@ -42,37 +45,10 @@ class AnswerLike(Protocol):
     def text(self) -> str: ...
 
 
-# -- number formatting (shared with the HTML report) ---------------------------------------------
-def fmt_bytes(n: float | None) -> str:
-    """Decimal bytes, three significant digits: ``fmt_bytes(6.5e9) == '6.5 GB'``;
-    ``None`` shows as an em dash."""
-    if n is None:
-        return "—"
-    sign, v = ("-" if n < 0 else ""), abs(float(n))
-    for unit in ("B", "kB", "MB", "GB"):
-        if round(v, 1) < 1000:
-            return f"{sign}{v:.3g} {unit}" if unit != "B" else f"{sign}{v:.0f} B"
-        v /= 1000
-    return f"{sign}{v:.3g} TB"
-
-
-def fmt_pct(frac: float | None) -> str:
-    """A 0-1 fraction as a whole percentage."""
-    return "—" if frac is None else f"{100 * frac:.0f}%"
-
-
-def fmt_num(v: float | None, digits: int = 1) -> str:
-    return "—" if v is None else f"{v:,.{digits}f}"
-
-
-def fmt_ratio(r: float | None) -> str:
-    return "—" if r is None else f"×{r:.2f}"
-
-
 def fmt_verdict(verdict: str | None, cause: str | None) -> str:
     """``input-bound (cpu)``: the verdict with what starves the input pipeline, if known."""
     if not verdict:
-        return "—"
+        return MISSING
     return f"{verdict} ({cause})" if cause else verdict
 
 
@@ -83,23 +59,8 @@ def phase_verdict(p: dict[str, Any]) -> str:
 
 
 def fmt_residency(start: float | None, end: float | None) -> str:
-    if start is None and end is None:
-        return "—"
-    return f"{fmt_pct(start)}→{fmt_pct(end)}"
-
-
-def make_console(file: IO[str] | None = None, width: int | None = None) -> Console:
-    """A Console that writes plain text to pipes and files and honours ``NO_COLOR``.
-
-    Rich would otherwise guess from environment variables (e.g. ``FORCE_COLOR``, ``TERM``) and
-    could put escape codes into a log file that a CI system captures.
-    """
-    stream = file if file is not None else sys.stdout
-    is_tty = bool(getattr(stream, "isatty", lambda: False)())
-    return Console(
-        file=stream, width=width, force_terminal=None if is_tty else False,
-        no_color=bool(os.environ.get("NO_COLOR")) or None,
-    )
+    """Share of the dataset in the page cache at a phase's start → end ("0 %→82 %")."""
+    return fmt_span(fmt_pct(start), fmt_pct(end))
 
 
 # -- tables ---------------------------------------------------------------------------------------
@@ -112,7 +73,7 @@ def phase_table(summary: dict[str, Any]) -> Table:
     """Per epoch x phase: throughput, where step time went, the verdict, disk and page cache.
 
     Examples:
-        >>> make_console().print(phase_table(json.load(open("runs/demo/summary.json"))))
+        >>> Console().print(phase_table(load_summary(Path("runs/demo"))))
     """
     t = _table("Epochs and phases (steady-state steps)")
     t.add_column("epoch", no_wrap=True)
@@ -132,7 +93,7 @@ def phase_table(summary: dict[str, Any]) -> Table:
             fmt_bytes(p.get("disk_read_bytes")), fmt_bytes(p.get("cache_read_bytes")),
             fmt_residency(p.get("dataset_resident_frac_start"),
                           p.get("dataset_resident_frac_end")),
-            _pct_value(p.get("cpu_util_pct")), _pct_value(p.get("gpu_util_pct")),
+            fmt_pct_value(p.get("cpu_util_pct")), fmt_pct_value(p.get("gpu_util_pct")),
         )
     t.caption = ("wait = blocked on the data loader, copy = host→device, comp = forward+backward+"
                  "optimizer (shares of step time); disk = bytes read from the device, cache = "
@@ -140,49 +101,6 @@ def phase_table(summary: dict[str, Any]) -> Table:
                  "cache at start→end; CPU = mean over cores, GPU = NVML utilization")
     t.caption_justify = "left"
     return t
-
-
-def _pct_value(v: float | None) -> str:
-    return "—" if v is None else f"{v:.0f}%"
-
-
-def _evidence_lines(evidence: Any) -> list[str]:
-    if evidence is None or evidence == "":
-        return []
-    if isinstance(evidence, dict):
-        return [f"{k}: {v}" for k, v in evidence.items()]
-    if isinstance(evidence, (list, tuple)):
-        return [str(e) for e in evidence]
-    return [str(evidence)]
-
-
-def _finding_text(f: dict[str, Any]) -> Text:
-    sev = str(f.get("severity") or "info")
-    out = Text()
-    out.append(f"[{sev}] ", style=SEVERITY_STYLE.get(sev, ""))
-    out.append(str(f.get("title") or f.get("id") or "finding"), style="bold")
-    for line in _evidence_lines(f.get("evidence")):
-        out.append(f"\n  evidence: {line}")
-    if f.get("fix"):
-        out.append(f"\n  fix: {f['fix']}")
-    if f.get("expected_gain"):
-        out.append(f"\n  expected gain: {f['expected_gain']}")
-    return out
-
-
-def findings_panel(summary: dict[str, Any]) -> Panel:
-    """The findings, most severe first as the analysis ordered them, with evidence and fixes."""
-    findings = summary.get("findings") or []
-    if not findings:
-        body: RenderableType = Text("No findings: nothing measured stands out.")
-    else:
-        parts: list[Text] = []
-        for i, f in enumerate(findings):
-            if i:
-                parts.append(Text(""))
-            parts.append(_finding_text(f))
-        body = Group(*parts)
-    return Panel(body, title="Findings", title_align="left", box=box.ROUNDED)
 
 
 def explanation(answers: Iterable[AnswerLike]) -> Group:
@@ -194,31 +112,6 @@ def explanation(answers: Iterable[AnswerLike]) -> Group:
         parts.append(Text(str(a.title), style="bold"))
         parts.append(Text(str(a.text)))
     return Group(*parts) if parts else Group(Text("No explanation available."))
-
-
-def memory_table(summary: dict[str, Any]) -> Table:
-    """The memory ledger: what each item holds, how it was measured, what is left unexplained."""
-    mem = summary.get("memory") or {}
-    total = mem.get("total_bytes")
-    t = _table(f"Memory on {mem.get('device') or '?'}: {fmt_bytes(total)} in use")
-    t.add_column("item")
-    t.add_column("bytes", justify="right", no_wrap=True)
-    t.add_column("share", justify="right", no_wrap=True)
-    t.add_column("how measured")
-    for row in mem.get("ledger") or []:
-        t.add_row(str(row.get("item")), fmt_bytes(row.get("bytes")),
-                  _share(row.get("bytes"), total), str(row.get("how_measured") or ""))
-    if mem.get("unattributed_bytes") is not None:
-        t.add_row("unattributed", fmt_bytes(mem["unattributed_bytes"]),
-                  _share(mem["unattributed_bytes"], total), "total − the items above",
-                  style="italic")
-    return t
-
-
-def _share(part: float | None, total: float | None) -> str:
-    if part is None or not total:
-        return "—"
-    return fmt_pct(part / total)
 
 
 def comparison_table(cmp: Comparison) -> Group:
@@ -233,7 +126,7 @@ def comparison_table(cmp: Comparison) -> Group:
                   if p.verdict_changed else fmt_verdict(p.a_verdict, p.a_input_cause))
         t.add_row(str(p.epoch), p.phase, fmt_num(p.a_images_per_s), fmt_num(p.b_images_per_s),
                   fmt_ratio(p.ratio),
-                  f"{fmt_pct(p.a_data_wait_frac)}→{fmt_pct(p.b_data_wait_frac)}",
+                  fmt_span(fmt_pct(p.a_data_wait_frac), fmt_pct(p.b_data_wait_frac)),
                   Text(change, style="bold" if p.verdict_changed else ""))
     head = Text()
     head.append("training: ", style="bold")
@@ -275,65 +168,5 @@ def _memory_delta_table(cmp: Comparison) -> Table:
 
 def _signed(v: float | None) -> str:
     if v is None:
-        return "—"
+        return MISSING
     return ("+" if v > 0 else "") + fmt_bytes(v)
-
-
-# -- live progress-line extras ----------------------------------------------------------------------
-@dataclass
-class LiveStatus:
-    """The extras on a training progress line: ``wait 42% · CPU 61% · GPU 30% · disk 12.0 MB/s``.
-
-    It is fed values (by the trainer, from the monitor's latest samples) and never samples
-    anything itself; a value not yet known (or absent, like the GPU on a CPU run) is left out.
-
-    Examples:
-        >>> s = LiveStatus()
-        >>> s.update(data_wait_frac=0.42, cpu_util_pct=61.0, disk_read_bytes_per_s=12e6)
-        >>> s.plain()
-        'wait 42% · CPU 61% · disk 12.0 MB/s'
-    """
-
-    images_per_s: float | None = None
-    data_wait_frac: float | None = None
-    cpu_util_pct: float | None = None
-    gpu_util_pct: float | None = None
-    disk_read_bytes_per_s: float | None = None
-
-    _FIELDS = ("images_per_s", "data_wait_frac", "cpu_util_pct", "gpu_util_pct",
-               "disk_read_bytes_per_s")
-
-    def update(self, stats: object | None = None, **values: float | None) -> None:
-        """Take new values from keyword arguments or from any object with the same attribute
-        names (e.g. the monitor's ``LiveStats``)."""
-        for name in self._FIELDS:
-            if stats is not None and hasattr(stats, name):
-                setattr(self, name, getattr(stats, name))
-            if name in values:
-                setattr(self, name, values[name])
-
-    def _parts(self) -> Sequence[tuple[str, str]]:
-        parts: list[tuple[str, str]] = []
-        if self.images_per_s is not None:
-            parts.append((f"{self.images_per_s:.1f} img/s", ""))
-        if self.data_wait_frac is not None:
-            style = "red" if self.data_wait_frac >= 0.2 else ""
-            parts.append((f"wait {fmt_pct(self.data_wait_frac)}", style))
-        if self.cpu_util_pct is not None:
-            parts.append((f"CPU {self.cpu_util_pct:.0f}%", ""))
-        if self.gpu_util_pct is not None:
-            parts.append((f"GPU {self.gpu_util_pct:.0f}%", ""))
-        if self.disk_read_bytes_per_s is not None:
-            parts.append((f"disk {fmt_bytes(self.disk_read_bytes_per_s)}/s", ""))
-        return parts
-
-    def plain(self) -> str:
-        return " · ".join(text for text, _ in self._parts())
-
-    def __rich__(self) -> Text:
-        out = Text()
-        for i, (text, style) in enumerate(self._parts()):
-            if i:
-                out.append(" · ", style="dim")
-            out.append(text, style=style)
-        return out

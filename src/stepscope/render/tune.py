@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from stepscope.analysis.doctor import fmt_rate
+from stepscope.analysis.fmt import MISSING, fmt_pct, fmt_rate
 
 _SECTIONS = {
     "compute": "compute ceiling (trunk only, batch in memory)",
@@ -68,10 +68,6 @@ class TuneResultView(Protocol):
     def device(self) -> str: ...
 
 
-def _rate(value: float | None) -> str:
-    return "–" if value is None else fmt_rate(value)
-
-
 def _spread(row: TuneRowView) -> str:
     if row.min_images_per_s is None or row.max_images_per_s is None:
         return ""
@@ -86,14 +82,14 @@ def _mark(row: TuneRowView) -> Text:
 
 def _add_row(table: Table, row: TuneRowView) -> None:
     if row.skipped:
-        table.add_row(Text(""), Text(f"{row.label} (skipped: {row.skipped})", style="dim"), "–",
+        table.add_row(Text(""), Text(f"{row.label} (skipped: {row.skipped})", style="dim"), MISSING,
                       "", "", "")
         return
-    wait = "" if row.data_wait_frac is None else f"{row.data_wait_frac:.0%}"
-    predicted = "" if row.predicted_images_per_s is None else _rate(row.predicted_images_per_s)
+    wait = "" if row.data_wait_frac is None else fmt_pct(row.data_wait_frac)
+    predicted = "" if row.predicted_images_per_s is None else fmt_rate(row.predicted_images_per_s)
     style = "bold" if row.winner else ""
     table.add_row(_mark(row), Text(row.label, style=style),
-                  Text(_rate(row.images_per_s), style=style), _spread(row), predicted, wait)
+                  Text(fmt_rate(row.images_per_s), style=style), _spread(row), predicted, wait)
 
 
 def tune_table(result: TuneResultView) -> RenderableType:
