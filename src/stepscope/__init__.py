@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Monitor", "__version__"]
+__all__ = ["Monitor", "__version__", "phase_hint"]
 
 if TYPE_CHECKING:
     from stepscope.observe.monitor import Monitor
+    from stepscope.observe.phase_hint import phase_hint
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from stepscope.observe.monitor import Monitor
 
         return Monitor
+    if name == "phase_hint":
+        from stepscope.observe.phase_hint import phase_hint
+
+        return phase_hint
     raise AttributeError(name)

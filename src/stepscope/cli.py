@@ -300,6 +300,7 @@ def watch(
     no_preallocate: Annotated[bool, Opt("--no-preallocate", help="Make TensorFlow/JAX allocate GPU memory as needed (TF_FORCE_GPU_ALLOW_GROWTH=true, XLA_PYTHON_CLIENT_PREALLOCATE=false), so their real need shows.")] = False,
     tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard event files (steps, phases, system series, findings, explanation) to this folder, at the end of the run.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print summary.json at the end instead of tables.")] = False,
+    phase_hint: Annotated[str, Opt("--phase-hint", help="How plain PyTorch loops are split into train/val: auto (a step with an optimizer step or backward is training), mode (model.train()/eval()), grad (torch.no_grad() is validation), for optimizers torch's hooks cannot see.")] = "auto",
 ) -> None:
     """Run any training command and diagnose it, no code change: PyTorch DataLoader loops,
     Keras fit/evaluate, or just the system picture for anything else. Exits with the
@@ -314,7 +315,7 @@ def watch(
                              "stepscope watch -- python train.py")
     run_dir = out or Path("runs") / f"watch-{time.strftime('%Y%m%d-%H%M%S')}"
     result = run_watch(list(cmd), run_dir, interval_s=interval, no_preallocate=no_preallocate,
-                       on_start=lambda pid: err_console.print(f"stepscope: watching pid {pid}, recording to {run_dir}"))
+                       phase_hint=phase_hint, on_start=lambda pid: err_console.print(f"stepscope: watching pid {pid}, recording to {run_dir}"))
     if RunDir(run_dir).has_store():
         _finish_run(run_dir, as_json=as_json, tensorboard=tensorboard)
     raise typer.Exit(result.exit_code)

@@ -51,6 +51,8 @@ from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
 INJECT_DIR = Path(__file__).with_name("inject")
 FD_VAR = "STEPSCOPE_WATCH_FD"
 PYTHONPATH_VAR = "STEPSCOPE_WATCH_PYTHONPATH"
+PHASE_HINT_VAR = "STEPSCOPE_WATCH_PHASE_HINT"  # as inject/stepscope_watch_loop.HINT_VAR
+PHASE_HINTS = ("auto", "mode", "grad")
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 NO_STEPS_NOTE = (
     "no training steps seen: step-level timing (data wait / transfer / compute) needs a PyTorch "
@@ -79,11 +81,15 @@ class WatchResult:
     notes: list[str] = field(default_factory=list)
 
 
-def child_env(base: Mapping[str, str], fd: int, *, no_preallocate: bool) -> dict[str, str]:
-    """The child's environment: our ``sitecustomize`` first on PYTHONPATH, the pipe's fd, and the
-    original PYTHONPATH (JSON, ``null`` when unset) for the child to restore for its own children.
+def child_env(base: Mapping[str, str], fd: int, *, no_preallocate: bool,
+              phase_hint: str = "auto") -> dict[str, str]:
+    """The child's environment: our ``sitecustomize`` first on PYTHONPATH, the pipe's fd, the
+    original PYTHONPATH (JSON, ``null`` when unset) for the child to restore for its own children,
+    and the phase hint (``--phase-hint``) when not ``auto``.
     """
     env = dict(base)
+    if phase_hint != "auto":
+        env[PHASE_HINT_VAR] = phase_hint
     original = base.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR), *([original] if original else [])])
     env[PYTHONPATH_VAR] = json.dumps(original)
@@ -384,6 +390,7 @@ def watch(
     *,
     interval_s: float = 1.0,
     no_preallocate: bool = False,
+    phase_hint: str = "auto",
     on_start: Callable[[int], None] | None = None,
 ) -> WatchResult:
     """Run ``cmd`` as a child and record it into ``run_dir/run.db`` like ``stepscope train``.
@@ -393,26 +400,33 @@ def watch(
         run_dir: the run directory (created).
         interval_s: sampling period of the system samplers.
         no_preallocate: stop TensorFlow/JAX from preallocating GPU memory in the child.
+        phase_hint: ``auto`` (a step with an optimizer step or backward is training), ``mode``
+            (``model.train()/eval()``) or ``grad`` (``no_grad`` is validation).
         on_start: called with the child's PID once it runs.
 
     Returns:
         The child's exit code and the run's status; the run row has ``kind="watch"``.
 
     Raises:
-        StepscopeError: no command, or the command is not found.
+        StepscopeError: no command, the command is not found, or an unknown phase hint.
     """
     argv = _resolve(cmd)
+    if phase_hint not in PHASE_HINTS:
+        raise StepscopeError(f"unknown --phase-hint {phase_hint!r}; expected one of "
+                             f"{', '.join(PHASE_HINTS)}")
     run_dir = Path(run_dir)
     interval_s = min(max(interval_s, 0.1), 60.0)  # as Monitor: 10 Hz at most
     info = RunInfo(name=run_dir.name, command=shlex.join(argv), kind="watch",
-                   config={"interval_s": interval_s, "no_preallocate": no_preallocate})
+                   config={"interval_s": interval_s, "no_preallocate": no_preallocate,
+                           "phase_hint": phase_hint})
     writer = RunWriter(run_dir, info)
     notes = _start_facts(writer, no_preallocate)
     cpu0 = time.process_time()
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(
-            argv, env=child_env(os.environ, write_fd, no_preallocate=no_preallocate),
+            argv, env=child_env(os.environ, write_fd, no_preallocate=no_preallocate,
+                                phase_hint=phase_hint),
             pass_fds=(write_fd,), start_new_session=True,
         )
     except OSError as exc:

@@ -39,6 +39,7 @@ def _install(fd_text: str) -> None:
     import stepscope_watch_imports as imports
     import stepscope_watch_keras
     import stepscope_watch_lightning
+    import stepscope_watch_loop
     import stepscope_watch_recorder as recorder
     import stepscope_watch_torch
 
@@ -56,7 +57,7 @@ def _install(fd_text: str) -> None:
 
     def torch_hook(module: object) -> None:
         imported("torch")
-        stepscope_watch_torch.install(module, rec, recorder.count_images)
+        stepscope_watch_torch.install(module, rec, recorder.count_images, stepscope_watch_loop)
 
     def keras_hook(module: object) -> None:
         imported("keras")

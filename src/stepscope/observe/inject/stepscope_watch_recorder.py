@@ -142,6 +142,7 @@ class Recorder:
         self._cb_mark = 0.0
         self.cb_images: Callable[[int, int], int] = lambda first, last: 0
         self._cb_first = 0
+        self.at_exit_hooks: list[Callable[[float], None]] = []  # e.g. the loop tracker's flush
 
     # -- plumbing ------------------------------------------------------------------------------
     def unix(self, t: float) -> float:
@@ -168,8 +169,10 @@ class Recorder:
         return os.getpid() == self.pid
 
     # -- phases --------------------------------------------------------------------------------
-    def begin_phase(self, phase: str, workers: int | None, t: float) -> PhaseState:
-        """Open a phase at ``t``. A new train phase is a new epoch; val belongs to the current one.
+    def begin_phase(self, phase: str, workers: int | None, t: float, *,
+                    same_epoch: bool = False) -> PhaseState:
+        """Open a phase at ``t``. A new train phase is a new epoch (unless ``same_epoch``: training
+        resumed after its phase was closed); val belongs to the current one.
 
         Phases left open by a loop that broke out early are closed here: every open val phase,
         and every open train phase when a new train phase starts (a val loop nested in a train
@@ -179,7 +182,7 @@ class Recorder:
         for ph in list(self.open_phases):
             if ph.phase == "val" or phase == "train":
                 self.end_phase(ph, t)
-        if phase == "train":
+        if phase == "train" and not same_epoch:
             self.epoch += 1
         epoch = max(self.epoch, 0)
         warm = 0 if phase in self._warm_phases else WARMUP_STEPS
@@ -223,6 +226,10 @@ class Recorder:
         ph.images += s.images
         self.send(["S", ph.seq, index, self.unix(s.t_start), wall, wait, s.transfer_s, compute,
                    other, s.images, index < ph.warm])
+        self.tick(t)
+
+    def tick(self, t: float) -> None:
+        """At a step boundary: the periodic readings, at most every ``PERIODIC_EVERY_S``."""
         if t - self._last_periodic >= PERIODIC_EVERY_S:
             self._last_periodic = t
             for fn in self.periodic:
@@ -288,6 +295,11 @@ class Recorder:
             return
         t = self.clock()
         self.end_step(t)
+        for hook in self.at_exit_hooks:
+            try:
+                hook(t)
+            except Exception as exc:  # what was recorded so far must still reach the parent
+                self.note("watch", f"closing the loop failed: {type(exc).__name__}: {exc}")
         for ph in list(self.open_phases):
             self.end_phase(ph, t)
         self.channel.flush()
@@ -295,7 +307,8 @@ class Recorder:
 
 def find_dataset_files(dataset: Any, depth: int = 0) -> list[str]:
     """Paths of a dataset's files: torchvision ``DatasetFolder``/``ImageFolder`` (``samples``),
-    through ``Subset`` (``dataset``) and ``ConcatDataset`` (``datasets``). Empty if unknown."""
+    through ``Subset`` (``dataset``, only its ``indices``) and ``ConcatDataset``
+    (``datasets``). Empty if unknown."""
     if depth > 4:
         return []
     samples = getattr(dataset, "samples", None)
@@ -311,7 +324,17 @@ def find_dataset_files(dataset: Any, depth: int = 0) -> list[str]:
             out += find_dataset_files(d, depth + 1)
         return out
     base = getattr(dataset, "dataset", None)
-    return find_dataset_files(base, depth + 1) if base is not None else []
+    if base is None:
+        return []
+    files = find_dataset_files(base, depth + 1)
+    indices = getattr(dataset, "indices", None)
+    if indices is None or not files:
+        return files
+    # A Subset reads only its indices' files: residency over the rest would say nothing.
+    try:
+        return [files[int(i)] for i in indices]
+    except (TypeError, ValueError, IndexError):
+        return files
 
 
 def count_images(batch: Any) -> int:

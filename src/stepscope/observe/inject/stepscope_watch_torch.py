@@ -1,16 +1,23 @@
 """PyTorch hooks for ``stepscope watch``, installed right after ``import torch`` finishes.
 
-- ``DataLoader.__iter__``: a new iterator is a new phase. It is ``val`` when, at that moment,
-  grad is disabled (``torch.no_grad()``/``inference_mode``) or the last outermost
-  ``nn.Module.train(mode)`` call (``model.eval()`` is ``train(False)``) set eval mode; otherwise
-  ``train``. Starting the iterator counts as the first step's data wait.
-- ``_BaseDataLoaderIter.__next__``: the time blocked in it is the step's data wait; a call closes
-  the previous step; ``StopIteration`` closes the phase.
+They report what the loop does to a :class:`LoopTracker` (``stepscope_watch_loop``), which
+decides steps, phases and epochs from it (see that module for the rules):
+
+- ``DataLoader.__iter__`` creates a tracked iterator; ``_BaseDataLoaderIter.__next__`` is timed
+  per call. A DataLoader subclass that overrides ``__iter__`` (timm's ``MultiEpochsDataLoader``,
+  which keeps one iterator for all epochs; Accelerate's ``DataLoaderShard``, which fetches one
+  batch ahead) is timed at *its* iterator instead, the one the loop sees; the inner iterator's
+  calls are then part of that wait, not steps of their own.
+- body events: a global optimizer step post-hook, ``torch.autograd.backward`` (what
+  ``Tensor.backward`` calls), and a global forward pre-hook armed only between a batch's arrival
+  and the first forward (removed at once, so models run without it the rest of the step).
 - ``Tensor.to``/``Tensor.cuda`` to a non-CPU device during a step: transfer time.
-- a global optimizer step post-hook: where a training step's compute ends; at the first one, the
-  memory-ledger facts (weights, gradients, optimizer state).
-- CUDA allocator figures once a second at a step boundary, only once the program itself has
-  initialised CUDA (reading them never synchronises and never creates a context).
+- at the first optimizer step, the memory-ledger facts (weights, gradients, optimizer state) and
+  the step's peak: host VmHWM (reset through ``/proc/self/clear_refs`` at the first batch's
+  arrival) and, on CUDA, the allocator's peak over the same span.
+- CUDA allocator figures once a second at a step boundary, and CUDA timing events, only once the
+  program itself has initialised CUDA (reading them never synchronises and never creates a
+  context).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_loop import IterState, LoopTracker
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 
 TORCH_STATS = {
@@ -33,68 +41,173 @@ TORCH_STATS = {
     "num_alloc_retries": "alloc_retries",
     "num_ooms": "ooms",
 }
+_STATE = "_stepscope_iter"
 
 
-def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -> None:
-    """Patch ``torch`` in place so that ``rec`` sees its loops."""
-    _patch_loader(torch, rec, count_images)
+def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int],
+            loop_module: ModuleType) -> LoopTracker:
+    """Patch ``torch`` in place so that ``rec`` sees its loops; returns the loop tracker."""
+    loop: LoopTracker = loop_module.LoopTracker(
+        rec, events=lambda: _cuda_event(torch), hint=loop_module.hint_from_env(),
+        mode_kind=lambda hint: _phase_now(torch, rec, hint))
+    setattr(loop_module, "ACTIVE", loop)  # noqa: B010 (a module attribute mypy cannot see)
+    rec.at_exit_hooks.append(loop.flush)
+    peak = _StepPeak(torch, rec)
+    _patch_loader(torch, rec, loop, count_images, loop_module.IterState, peak)
     _patch_module_mode(torch, rec)
-    _patch_transfers(torch, rec)
-    _hook_optimizer(torch, rec)
+    _patch_transfers(torch, rec, loop)
+    _hook_body(torch, rec, loop, peak)
     rec.periodic.append(lambda: _cuda_memory(torch, rec))
+    return loop
 
 
-def _phase_now(torch: ModuleType, rec: Recorder) -> str:
+def _phase_now(torch: ModuleType, rec: Recorder, hint: str) -> str:
+    """The phase by the hint's rule: ``grad`` (grad disabled is val) or ``mode`` (also the last
+    outermost ``Module.train(False)``)."""
     grad_off = not torch.is_grad_enabled() or torch.is_inference_mode_enabled()
+    if hint == "grad":
+        return "val" if grad_off else "train"
     return "val" if grad_off or rec.last_mode_eval else "train"
 
 
-def _patch_loader(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -> None:
+def _cuda_event(torch: ModuleType) -> Any:
+    """A recorded timing event on the current stream, or None while CUDA is not in use."""
+    if not torch.cuda.is_initialized():
+        return None
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def _watching(rec: Recorder) -> bool:
+    # Inside Keras/Lightning loops their callbacks time the steps; a forked worker never reports.
+    return rec.framework_depth == 0 and rec.owner()
+
+
+def _patch_loader(torch: ModuleType, rec: Recorder, loop: LoopTracker,
+                  count_images: Callable[[Any], int], iter_state: type[IterState],
+                  peak: _StepPeak) -> None:
     dl = torch.utils.data.dataloader
     orig_iter = dl.DataLoader.__iter__
     orig_next = dl._BaseDataLoaderIter.__next__
+    outer = {"depth": 0}  # > 0 inside a subclass iterator's __next__: it is the one timed
+    forward = _ForwardSignal(torch, rec, loop)
+
+    def track(loader: Any, it: Any, t0: float) -> None:
+        with contextlib.suppress(Exception):  # discovery is a nicety
+            rec.dataset_files(loader.dataset)
+        state = iter_state(id(loader), t0, rec.clock() - t0, getattr(loader, "num_workers", None))
+        with contextlib.suppress(AttributeError, TypeError):
+            object.__setattr__(it, _STATE, state)
+
+    def timed_next(it: Any, call: Callable[[], Any]) -> Any:
+        state = getattr(it, _STATE, None)
+        if state is None or outer["depth"] or not _watching(rec):
+            return call()
+        loop.next_begin(state, rec.clock())
+        outer["depth"] += 1
+        try:
+            batch = call()
+        except StopIteration:
+            loop.next_stop(state, rec.clock())
+            raise
+        finally:
+            outer["depth"] -= 1
+        t = rec.clock()
+        loop.next_end(state, t, count_images(batch))
+        peak.batch_arrived()
+        if loop.wants_body():
+            forward.arm()
+        return batch
 
     def __iter__(self: Any) -> Any:
-        # Inside Keras/Lightning loops their callbacks time the steps; a forked worker never
-        # reports.
-        if rec.framework_depth > 0 or not rec.owner():
-            return orig_iter(self)
         t0 = rec.clock()
-        with contextlib.suppress(Exception):  # discovery is a nicety
-            rec.dataset_files(self.dataset)
-        ph = rec.begin_phase(_phase_now(torch, rec), getattr(self, "num_workers", None), t0)
         it = orig_iter(self)
-        try:
-            it._stepscope_phase = ph
-            it._stepscope_t0 = t0
-        except AttributeError:
-            pass
+        if _watching(rec) and not outer["depth"]:
+            track(self, it, t0)
         return it
 
     def __next__(self: Any) -> Any:
-        ph = self.__dict__.get("_stepscope_phase")
-        if ph is None or ph.ended:
-            return orig_next(self)
-        t0 = rec.clock()
-        rec.end_step(t0)
-        start = self.__dict__.pop("_stepscope_t0", t0)
-        try:
-            batch = orig_next(self)
-        except StopIteration:
-            rec.end_phase(ph, rec.clock())
-            raise
-        rec.begin_step(ph, start, rec.clock(), count_images(batch))
-        return batch
+        return timed_next(self, lambda: orig_next(self))
+
+    class OuterIter:
+        """The iterator a DataLoader subclass's own ``__iter__`` returns, timed per batch."""
+
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __iter__(self) -> OuterIter:
+            return self
+
+        def __next__(self) -> Any:
+            return timed_next(self, lambda: next(self._inner))
+
+        def __getattr__(self, name: str) -> Any:  # send/close/throw of a generator, and more
+            return getattr(self._inner, name)
+
+    def wrap_subclass_iter(own: Callable[..., Any]) -> Callable[..., Any]:
+        def __iter__(self: Any) -> Any:
+            t0 = rec.clock()
+            outer["depth"] += 1  # its constructor-time or inner DataLoader.__iter__ is not a loop
+            try:
+                inner = own(self)
+            finally:
+                outer["depth"] -= 1
+            if not _watching(rec) or outer["depth"]:
+                return inner
+            proxy = OuterIter(inner)
+            track(self, proxy, t0)
+            return proxy
+
+        __iter__._stepscope = True  # type: ignore[attr-defined]
+        return __iter__
+
+    base_init_subclass = dl.DataLoader.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls: type, **kwargs: Any) -> None:
+        if base_init_subclass is not None:
+            base_init_subclass.__func__(cls, **kwargs)
+        else:
+            super(dl.DataLoader, cls).__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__iter__")
+        if own is not None and not getattr(own, "_stepscope", False):
+            cls.__iter__ = wrap_subclass_iter(own)  # type: ignore[attr-defined]
 
     dl.DataLoader.__iter__ = __iter__
+    dl.DataLoader.__init_subclass__ = classmethod(__init_subclass__)
     dl._BaseDataLoaderIter.__next__ = __next__
+
+
+class _ForwardSignal:
+    """A global forward pre-hook that fires once: the first module call after a batch arrives
+    tells the tracker the body ran. It removes itself at once, so the model runs the rest of
+    the step without a global hook; at most one is armed at a time."""
+
+    def __init__(self, torch: ModuleType, rec: Recorder, loop: LoopTracker) -> None:
+        self.register = torch.nn.modules.module.register_module_forward_pre_hook
+        self.rec, self.loop = rec, loop
+        self.handle: Any = None
+
+    def arm(self) -> None:
+        if self.handle is None:
+            self.handle = self.register(self._fire)
+
+    def _fire(self, module: Any, args: Any) -> None:
+        if threading.get_ident() != self.rec.main_thread_id:
+            return
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            handle.remove()
+        self.loop.body("forward", self.rec.clock())
 
 
 def _patch_module_mode(torch: ModuleType, rec: Recorder) -> None:
     orig_train = torch.nn.Module.train
 
     def train(self: Any, mode: bool = True) -> Any:
-        # Only the outermost call counts: Module.train recurses into every child.
+        # Only the outermost call counts: Module.train recurses into every child. It no longer
+        # decides the phase (the optimizer step does); it finds the model for the ledger and
+        # serves --phase-hint mode.
         if rec.train_depth == 0:
             rec.last_mode_eval = not mode
             with contextlib.suppress(TypeError):  # not weak-referenceable
@@ -108,22 +221,27 @@ def _patch_module_mode(torch: ModuleType, rec: Recorder) -> None:
     torch.nn.Module.train = train
 
 
-def _patch_transfers(torch: ModuleType, rec: Recorder) -> None:
+def _patch_transfers(torch: ModuleType, rec: Recorder, loop: LoopTracker) -> None:
     tensor = torch.Tensor
     main_id = rec.main_thread_id
 
     def timed(orig: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             # Outside a step, or off the main thread (pin-memory thread), it is not the loop's.
-            if rec.step is None or threading.get_ident() != main_id:
+            if threading.get_ident() != main_id or (rec.step is None and not loop.in_step()):
                 return orig(self, *args, **kwargs)
+            ev0 = _cuda_event(torch)
             t0 = rec.clock()
             out = orig(self, *args, **kwargs)
             dt = rec.clock() - t0
             device = getattr(out, "device", None)
             if out is not self and device is not None and device.type != "cpu" \
                     and device != self.device:
-                rec.add_transfer(dt)
+                if rec.step is not None:
+                    rec.add_transfer(dt)
+                else:
+                    ev1 = _cuda_event(torch)
+                    loop.transfer(dt, None if ev0 is None or ev1 is None else (ev0, ev1))
                 if rec.once("device"):
                     rec.send(["R", str(device)])
             return out
@@ -136,16 +254,83 @@ def _patch_transfers(torch: ModuleType, rec: Recorder) -> None:
     tensor.cuda = timed(tensor.cuda)
 
 
-def _hook_optimizer(torch: ModuleType, rec: Recorder) -> None:
+def _hook_body(torch: ModuleType, rec: Recorder, loop: LoopTracker, peak: _StepPeak) -> None:
     def post_step(opt: Any, args: Any, kwargs: Any) -> None:
-        if rec.framework_depth > 0 or not rec.owner():
+        if not _watching(rec):
             return
-        rec.optimizer_stepped(rec.clock())
+        t = rec.clock()
+        rec.optimizer_stepped(t)
+        loop.body("optimizer", t)
         if rec.once("ledger"):
             _ledger_facts(opt, rec)
+            peak.first_optimizer_step()
 
     # torch.optim.optimizer is loaded by `import torch` but not bound as an attribute.
     importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook(post_step)
+    orig_backward = torch.autograd.backward
+
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        out = orig_backward(*args, **kwargs)
+        if _watching(rec) and threading.get_ident() == rec.main_thread_id:
+            loop.body("backward", rec.clock())
+        return out
+
+    backward.__doc__ = orig_backward.__doc__
+    torch.autograd.backward = backward
+
+
+class _StepPeak:
+    """The first training step's memory peak, measured, for the ledger's transient item.
+
+    Host: ``/proc/self/clear_refs`` ``5`` resets VmHWM to the current RSS at each batch's arrival
+    until the first optimizer step (a single syscall); VmHWM at the first optimizer step is the step's peak. CUDA: the allocator's peak
+    is reset at the same moment (only when the program already uses CUDA).
+    """
+
+    def __init__(self, torch: ModuleType, rec: Recorder) -> None:
+        self.torch, self.rec = torch, rec
+        self.rss_before: int | None = None
+        self.cuda_before: int | None = None
+        self.done = False
+
+    def batch_arrived(self) -> None:
+        # Until the first optimizer step every batch may be the first training step's.
+        if self.done:
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.rss_before = _status_bytes("VmRSS")
+        except OSError:
+            self.rss_before = None
+        cuda = self.torch.cuda
+        if cuda.is_initialized():
+            cuda.reset_peak_memory_stats()
+            self.cuda_before = int(cuda.memory_allocated())
+
+    def first_optimizer_step(self) -> None:
+        self.done = True
+        hwm = _status_bytes("VmHWM") if self.rss_before is not None else None
+        if hwm is not None and self.rss_before is not None:
+            self.rec.fact("mem.step_peak_rise_bytes", max(hwm - self.rss_before, 0),
+                          "watch: VmHWM during the first training step (reset through "
+                          "/proc/self/clear_refs at its batch's arrival) − VmRSS then")
+        if self.cuda_before is not None:
+            peak = int(self.torch.cuda.max_memory_allocated()) - self.cuda_before
+            self.rec.fact("mem.cuda_step_peak_bytes", peak,
+                          "watch: allocator peak during the first training step above what was "
+                          "allocated at its batch's arrival")
+
+
+def _status_bytes(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _tensor_bytes(tensors: Iterable[Any]) -> int:

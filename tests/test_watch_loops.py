@@ -1,0 +1,85 @@
+"""Real loop shapes under ``stepscope watch``: each script in tests/watch_scripts/ is written the
+way its framework's docs write it, with a planted cost, run for real; the test asserts the
+phases the loop really has and the one right verdict (docs/watch-loops.md tabulates them)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepscope.analysis.summary import build_summary
+from stepscope.observe.watch import watch
+from stepscope.store.db import RunReader
+
+SCRIPTS = Path(__file__).parent / "watch_scripts"
+PY = sys.executable
+
+
+def _run(tmp_path: Path, script: str, *args: str) -> tuple[RunReader, dict[str, Any]]:
+    run = tmp_path / "run"
+    result = watch([PY, str(SCRIPTS / script), *args], run, interval_s=0.2)
+    assert (result.exit_code, result.status) == (0, "completed")
+    reader = RunReader(run)
+    return reader, build_summary(reader)
+
+
+def _phases(reader: RunReader) -> list[tuple[int, str, int]]:
+    return [(p.epoch, p.phase, p.steps) for p in reader.phases()]
+
+
+def _verdict(summary: dict[str, Any], kind: str = "train") -> str | None:
+    return summary["by_phase"][kind]["verdict"]
+
+
+def _adds_up(reader: RunReader) -> None:
+    for s in reader.steps():
+        parts = s.data_wait_s + s.transfer_s + s.compute_s + s.other_s
+        assert parts == pytest.approx(s.wall_s, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.slow
+def test_frozen_batchnorm_is_training(tmp_path: Path) -> None:
+    reader, summary = _run(tmp_path, "frozen_bn_finetune.py")
+    assert _phases(reader) == [(0, "train", 12), (0, "val", 4), (1, "train", 12), (1, "val", 4)]
+    assert _verdict(summary) == "input-bound"
+    _adds_up(reader)
+
+
+@pytest.mark.slow
+def test_zipped_loaders_share_a_phase(tmp_path: Path) -> None:
+    reader, summary = _run(tmp_path, "zipped_loaders.py")
+    # zip stops at the shorter labelled loader (8 batches); one epoch each, not two.
+    assert _phases(reader) == [(0, "train", 8), (1, "train", 8)]
+    assert _verdict(summary) == "input-bound"
+    # The slow unlabelled loader's ~100 ms per batch is data wait, not "other".
+    steady = [s for s in reader.steps() if not s.warmup]
+    assert sum(s.data_wait_s for s in steady) / len(steady) > 0.08
+    assert all(s.other_s < 0.02 for s in steady)
+    _adds_up(reader)
+
+
+@pytest.mark.slow
+def test_probe_batch_does_not_make_a_phase(tmp_path: Path) -> None:
+    reader, summary = _run(tmp_path, "probe_then_train.py")
+    assert _phases(reader) == [(0, "train", 8), (0, "val", 2), (1, "train", 8), (1, "val", 2)]
+    assert _verdict(summary) == "compute-bound"
+    _adds_up(reader)
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_steps_are_training(tmp_path: Path) -> None:
+    reader, summary = _run(tmp_path, "grad_accumulation.py")
+    assert _phases(reader) == [(0, "train", 16), (1, "train", 16)]
+    assert _verdict(summary) == "input-bound"
+    _adds_up(reader)
+
+
+@pytest.mark.slow
+def test_timm_multi_epochs_loader_counts_epochs(tmp_path: Path) -> None:
+    reader, summary = _run(tmp_path, "timm_multiepoch.py")
+    assert _phases(reader) == [(0, "train", 12), (0, "val", 2), (1, "train", 12), (1, "val", 2)]
+    assert _verdict(summary) == "input-bound"
+    _adds_up(reader)
