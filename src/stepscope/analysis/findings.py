@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepscope.analysis.fixes import capacity_fix
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
 
@@ -103,11 +104,14 @@ def input_finding(agg: dict[str, Any], cores: float | None) -> Finding | None:
     new_step = None if step is None else step * (1 - d) / (1 - RESIDUAL_WAIT_FRAC)
     expected = (f"{change}: data wait {fmt_pct(d)} → ≤ {fmt_pct(RESIDUAL_WAIT_FRAC)}, "
                 f"{_gain_words(gain)} (step {fmt_ms(_s(step))} → {fmt_ms(_s(new_step))})")
+    priced = capacity_fix(agg)
+    if priced is not None:
+        fix, expected = priced
     cause = agg.get("input_cause")
     title = f"{kind.capitalize()} is input-bound ({cause}): {fmt_pct(d)} of every step waits for data"
     severity = "high" if d >= BOUND_FRAC else "medium"
     if agg.get("verdict_weak"):
-        severity, title = "low", f"{title} (few steps: {agg.get('verdict_note')})"
+        severity, title = "low", f"{title} (tentative: {agg.get('verdict_note')})"
     return _finding(f"input_bound_{agg['phase']}", severity, title, evidence, fix, expected,
                     MEASURE_TUNE)
 
@@ -252,7 +256,7 @@ def note_findings(summary: dict[str, Any]) -> list[Finding]:
     weak = [p for p in phases if p.get("verdict_weak") and p.get("steps")]
     if weak:
         out.append(_finding("insufficient_steps", "info",
-                            f"{len(weak)} phase(s) have too few steady-state steps for a firm verdict",
+                            f"{len(weak)} phase(s) have a tentative verdict (few steps or near a threshold)",
                             [f"epoch {p['epoch']} {p['phase']}: {p.get('verdict_note')}" for p in weak[:4]],
                             "run more steps (a longer epoch) for firm verdicts", None))
     return out

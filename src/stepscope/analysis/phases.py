@@ -7,9 +7,17 @@ step but has warm-up steps, those are used and the phase is flagged ``steady: fa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from stepscope.analysis.capacity import (
+    Capacity,
+    LoaderFigures,
+    build_capacity,
+    loader_figures,
+    predictions,
+)
+from stepscope.analysis.causes import decide_cause_from_stages, is_cold
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import (
     InputEvidence,
@@ -18,6 +26,10 @@ from stepscope.analysis.verdicts import (
     decide_verdict,
 )
 from stepscope.store.records import PhaseRecord, ProcessInfo, StepRecord
+
+OUTLIER_FACTOR = 10.0
+OUTLIER_MAX_FRAC = 0.05
+OUTLIER_MIN_STEPS = 10
 
 
 @dataclass
@@ -32,6 +44,8 @@ class StepSplit:
     compute_s: float = 0.0
     comm_s: float = 0.0
     other_s: float = 0.0
+    outlier_steps: int = 0
+    outlier_s: float = 0.0
 
     def add(self, s: StepRecord) -> None:
         self.steps += 1
@@ -57,17 +71,34 @@ class StepSplit:
         return seconds / self.images if self.images else None
 
 
+def _outliers(steps: list[StepRecord]) -> set[int]:
+    """Indices of pathological steps: over ``OUTLIER_FACTOR`` × the median step, and so few
+    (≤ 5 %, at least one) that they are accidents, not the phase's behaviour. One 10 s stall
+    among 100 steps of 50 ms would otherwise be two thirds of the time-weighted split."""
+    if len(steps) < OUTLIER_MIN_STEPS:
+        return set()
+    walls = sorted(s.wall_s for s in steps)
+    median = walls[len(walls) // 2]
+    out = {i for i, s in enumerate(steps) if s.wall_s > OUTLIER_FACTOR * median}
+    return out if len(out) <= max(1, int(OUTLIER_MAX_FRAC * len(steps))) else set()
+
+
 def steady_split(steps: list[StepRecord]) -> tuple[StepSplit, bool]:
-    """The split over steady-state steps; falls back to all steps (``False``) if none is steady."""
+    """The split over steady-state steps; falls back to all steps (``False``) if none is steady.
+
+    Pathological outlier steps (see :func:`_outliers`) are left out and counted instead.
+    """
     split = StepSplit()
-    for s in steps:
-        if not s.warmup:
+    steady = [s for s in steps if not s.warmup]
+    chosen = steady if steady else steps
+    drop = _outliers(chosen)
+    for i, s in enumerate(chosen):
+        if i in drop:
+            split.outlier_steps += 1
+            split.outlier_s += s.wall_s
+        else:
             split.add(s)
-    if split.steps or not steps:
-        return split, bool(split.steps)
-    for s in steps:
-        split.add(s)
-    return split, False
+    return split, bool(steady)
 
 
 def split_fields(split: StepSplit) -> dict[str, Any]:
@@ -79,6 +110,7 @@ def split_fields(split: StepSplit) -> dict[str, Any]:
         "compute_frac": split.frac(compute_s),
         "comm_frac": split.frac(split.comm_s),
         "other_frac": split.frac(split.other_s),
+        "outlier_steps": split.outlier_steps, "outlier_s": split.outlier_s,
     }
     for name, sec in (("step", split.wall_s), ("data_wait", split.data_wait_s),
                       ("transfer", split.transfer_s), ("compute", compute_s),
@@ -130,6 +162,9 @@ class PhaseContext:
     processes: list[ProcessInfo]
     main_pid: int | None
     gpu_index: int | None
+    stages: dict[int, Any] = field(default_factory=dict)  # phase id -> stages.phase fact
+    cores: float | None = None  # the cores this job may use (affinity, quota)
+    seen: set[tuple[int, str]] = field(default_factory=set)  # (rank, phase) already summarized
 
 
 def phase_window(ph: PhaseRecord, steps: list[StepRecord]) -> tuple[float, float]:
@@ -187,6 +222,11 @@ def _phase_verdict(split: StepSplit, steady: bool, fields: dict[str, Any]) -> Ve
     if not steady and split.steps:
         verdict = Verdict(verdict.verdict, True,
                           "insufficient steps: only warm-up steps were timed in this phase")
+    if split.outlier_steps:
+        extra = (f"{split.outlier_steps} outlier step(s) ({split.outlier_s:.2f} s, over "
+                 f"{OUTLIER_FACTOR:.0f}× the median step) left out of the split")
+        verdict = Verdict(verdict.verdict, verdict.weak,
+                          extra if not verdict.note else f"{verdict.note}; {extra}")
     return verdict
 
 
@@ -209,7 +249,19 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
     ev, loader_ms = _input_evidence(ph, ctx, t0, t1, images)
     fields = split_fields(split)
     verdict = _phase_verdict(split, steady, fields)
-    cause = decide_input_cause(ev) if verdict.verdict == "input-bound" else None
+    lf = loader_figures(ctx.stages.get(ph.phase_id))
+    main_cpu = ev.main_cpu_pct
+    cap = None if lf is None else build_capacity(
+        {**fields, "main_cpu_pct": main_cpu, "seconds": seconds}, lf, ctx.cores, is_cold(ev))
+    # A loader's workers can only be kept from a previous phase of the same kind.
+    repeat = (ph.rank, ph.phase) in ctx.seen
+    ctx.seen.add((ph.rank, ph.phase))
+    cause = None
+    if verdict.verdict == "input-bound":
+        if lf is not None:
+            cause = decide_cause_from_stages(ev, lf, cap, {"seconds": seconds, "images": images,
+                                                           "repeat": repeat})
+        cause = cause or decide_input_cause(ev)
     return {
         "phase_id": ph.phase_id, "epoch": ph.epoch, "phase": ph.phase, "rank": ph.rank,
         "started": t0, "ended": t1,
@@ -231,4 +283,31 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
         "psi_io_some_pct": ev.psi_io_some_pct, "disk_wait_frac": ev.disk_wait_frac,
         "disk_busy_pct": ev.disk_busy_pct,
         "gpu_util_pct": None if ctx.gpu_index is None else _gpu_util(ctx.cache, ctx.gpu_index, t0, t1),
+        **_loader_fields(lf, cap, seconds),
+        "predictions": [] if lf is None or cap is None else predictions(
+            lf, cap, {"seconds": seconds, "images": images, "repeat": repeat}),
+    }
+
+
+def _loader_fields(lf: LoaderFigures | None, cap: Capacity | None, seconds: float
+                   ) -> dict[str, Any]:
+    """The loader's own figures: stage ms per image, worker busy share, batches not ready."""
+    if lf is None:
+        return {"loader": None, "capacity": None}
+    alive = seconds * len(lf.worker_busy_s)
+    return {
+        "loader": {
+            "workers": lf.workers, "persistent_workers": lf.persistent, "items": lf.items,
+            "stage_ms_per_image": cap.stage_ms_per_image if cap else None,
+            "read_bytes_per_image": lf.read_bytes / lf.items if lf.items else None,
+            "worker_busy_s": lf.worker_busy_s,
+            "worker_busy_frac": sum(lf.worker_busy_s) / alive if alive > 0 else None,
+            "not_ready_frac": lf.not_ready / lf.waits if lf.waits else None,
+            "first_wait_s": lf.first_wait_s, "startup_s": lf.startup_s,
+            "wait_cpu_frac": lf.wait_cpu_s / lf.wait_s if lf.wait_s > 0 else None,
+            "fetch_on_cpu_frac": lf.fetch_cpu_s / lf.fetch_s if lf.fetch_s > 0 else None,
+            "fetch_runq_frac": lf.fetch_runq_s / lf.fetch_s if lf.fetch_s > 0 else None,
+            "fetch_blocked_frac": lf.blocked_s / lf.fetch_s if lf.fetch_s > 0 else None,
+        },
+        "capacity": None if cap is None else cap.to_dict(),
     }

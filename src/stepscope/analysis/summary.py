@@ -8,12 +8,14 @@ evidence that ``explain`` and the report quote.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from stepscope.analysis.capacity import job_cores
 from stepscope.analysis.findings import build_findings
 from stepscope.analysis.memory import footprint_line, gpu_ledger, host_ledger
 from stepscope.analysis.phases import (
@@ -59,6 +61,22 @@ def _cores(facts: dict[str, Fact], cache: SampleCache) -> float | None:
             return float(v)
     n = sum(1 for s in cache.sources("cpu_util_pct") if re.fullmatch(r"cpu\d+", s))
     return float(n) if n else None
+
+
+def _stage_facts(facts: dict[str, Fact]) -> dict[int, Any]:
+    """Loader stage counters per phase id (``stages.phase.<id>``, written at phase end)."""
+    out: dict[int, Any] = {}
+    for key, f in facts.items():
+        if key.startswith("stages.phase."):
+            with contextlib.suppress(ValueError):
+                out[int(key.rsplit(".", 1)[1])] = f.value
+    return out
+
+
+def _job_cores(facts: dict[str, Fact], cache: SampleCache) -> float | None:
+    """The cores this job may use: affinity capped by the cgroup quota (not the host's)."""
+    found = job_cores(_fact(facts, "env.cpu_count"), _fact(facts, "env.cpu_quota_cores"))
+    return found if found is not None else _cores(facts, cache)
 
 
 def _mark_cached_phases(phases: list[dict[str, Any]], facts: dict[str, Fact]) -> None:
@@ -127,8 +145,11 @@ def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
         if p["input_cause"]:
             causes[p["input_cause"]] = causes.get(p["input_cause"], 0.0) + p["seconds"]
     cause = max(causes, key=causes.__getitem__) if v.verdict == "input-bound" and causes else None
-    evidence: list[str] = next((p["input_evidence"] for p in sorted(rows, key=lambda r: -r["seconds"])
+    by_time = sorted(rows, key=lambda r: -r["seconds"])
+    evidence: list[str] = next((p["input_evidence"] for p in by_time
                      if p["input_cause"] == cause), []) if cause else []
+    # The capacities and predicted fixes of the phase that decided the cause (else the longest).
+    rep = next((p for p in by_time if cause and p["input_cause"] == cause), by_time[0])
     return {
         "phase": kind, "phases": len(rows), "steady_steps": split.steps, "images": images,
         "seconds": seconds, "images_per_s": images / seconds if seconds > 0 else None,
@@ -137,6 +158,9 @@ def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
         "cpu_util_pct": _weighted(rows, "cpu_util_pct"), "gpu_util_pct": _weighted(rows, "gpu_util_pct"),
         "loader_cpu_ms_per_image": _weighted(rows, "loader_cpu_ms_per_image"),
         "workers": rows[-1]["workers"],
+        "capacity": rep.get("capacity"), "loader": rep.get("loader"),
+        "predictions": rep.get("predictions") or [],
+        "capacity_epoch": rep["epoch"],
     }
 
 
@@ -275,7 +299,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     gpu = _gpu_index(run.device, cache, pids)
     is_gpu_run = gpu is not None
     ctx = PhaseContext(cache=cache, processes=reader.processes(), main_pid=main_pid,
-                       gpu_index=gpu)
+                       gpu_index=gpu, stages=_stage_facts(facts), cores=_job_cores(facts, cache))
     phases, every, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
     _mark_cached_phases(phases, facts)
     checkpoints = _assign_checkpoints(phases, cache)
@@ -302,6 +326,8 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
         "monitor_overhead_frac": monitor_overhead(facts, cache, run_section["seconds"], cores),
         "notes": notes,
     }
+    for agg in summary["by_phase"].values():
+        agg["run_kind"] = run.kind  # the fix speaks the loop's vocabulary (trainer flags, API)
     summary["findings"] = build_findings(summary)
     return summary
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import threading
 import time
@@ -33,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from stepscope.observe import stages
 from stepscope.observe.sampling import phase_io_totals, phase_resident_frac
 from stepscope.observe.steps import GpuEvent, StepTimer
 from stepscope.store.db import RunWriter
@@ -46,6 +48,7 @@ T = TypeVar("T")
 # steady-state figures leave them out. Worker start-up in later epochs is a real per-epoch
 # cost and stays in.
 DEFAULT_WARMUP_STEPS = 3
+STAGES_DIR = ".stages"  # per-process loader stage counters, removed when the run closes
 
 
 @dataclass
@@ -105,6 +108,8 @@ class Monitor(AbstractContextManager["Monitor"]):
         root_pid: whose process tree to sample (default: this process).
         host_samplers: also sample host-wide series (CPU, memory, disks, page cache, GPUs);
             off, only this process tree is sampled.
+        stage_timing: time the loader's stages (read, decode, transform, collate, pin) in this
+            process and its DataLoader workers (``stepscope.observe.stages``).
     """
 
     def __init__(
@@ -126,8 +131,11 @@ class Monitor(AbstractContextManager["Monitor"]):
         root_pid: int | None = None,
         host_samplers: bool = True,
         clock: Callable[[], float] = time.perf_counter,
+        stage_timing: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir)
+        self._stage_timing = stage_timing
+        self._stages_dir: Path | None = None
         self._clock = clock
         self._warmup_steps = warmup_steps
         self._warm_phases: set[str] = set()
@@ -167,8 +175,28 @@ class Monitor(AbstractContextManager["Monitor"]):
         self._phase_id = self.writer.next_phase_id
         self._tee = _LatestTee(self.writer)
         self.writer.fact("env.cpu_count", len(os.sched_getaffinity(0)), "os.sched_getaffinity")
+        self._start_stage_timing()
         self._start_samplers()
         return self
+
+    def _start_stage_timing(self) -> None:
+        """Give this process and its future DataLoader workers a folder for stage counters.
+
+        The folder goes in the environment so that workers started with ``spawn`` find it too;
+        hooks are installed for the libraries already imported (forked workers inherit them).
+        """
+        if not self._stage_timing:
+            return
+        folder = self.run_dir / STAGES_DIR / str(os.getpid())
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.note("stages", f"loader stage timing off: {exc}")
+            return
+        self._stages_dir = folder
+        os.environ[stages.ENV_DIR] = str(folder)
+        hooked = stages.install_loaded(dict(sys.modules))
+        self.fact("stages.hooks", hooked, "libraries whose loader functions are timed")
 
     def _start_samplers(self) -> None:
         assert self.writer is not None and self._tee is not None
@@ -217,6 +245,16 @@ class Monitor(AbstractContextManager["Monitor"]):
             "monitor.cpu_s", monitor_cpu_s, "CPU time of stepscope's sampler and writer threads"
         )
         self.writer.close(status, exit_code)
+        self._stop_stage_timing()
+
+    def _stop_stage_timing(self) -> None:
+        if self._stages_dir is None:
+            return
+        if os.environ.get(stages.ENV_DIR) == str(self._stages_dir):
+            del os.environ[stages.ENV_DIR]
+        # The counters were read at every phase end; the files are scratch.
+        shutil.rmtree(self._stages_dir.parent, ignore_errors=True)
+        self._stages_dir = None
 
     def __enter__(self) -> Monitor:
         return self.start()
@@ -248,9 +286,13 @@ class Monitor(AbstractContextManager["Monitor"]):
         rec = self._begin_phase(phase, epoch, workers)
         warm = 0 if phase in self._warm_phases else self._warmup_steps
         self._warm_phases.add(phase)
+        probe = stages.LoaderProbe(self._stages_dir, os.getpid())
+        probe.begin()
+        thread_time = time.thread_time
         step = 0
         try:
             t0 = self._clock()
+            c0 = thread_time()
             it = iter(iterable)
             while True:
                 try:
@@ -258,6 +300,7 @@ class Monitor(AbstractContextManager["Monitor"]):
                 except StopIteration:
                     break
                 t1 = self._clock()
+                probe.waited(t1 - t0, thread_time() - c0)
                 images = _count_images(batch)
                 self.timer.begin(
                     phase_id=rec.phase_id, step=step, t_start=t0, data_wait_s=t1 - t0,
@@ -267,12 +310,17 @@ class Monitor(AbstractContextManager["Monitor"]):
                 step += 1
                 yield batch
                 t0 = self._clock()
+                c0 = thread_time()
                 self.timer.end(t0)
         finally:
             if self.timer.current is not None:  # the loop broke out mid-step
                 self.timer.end(self._clock())
             rec.steps = step
             self._end_phase(rec)
+            persistent = getattr(iterable, "persistent_workers", None)
+            self.fact(f"stages.phase.{rec.phase_id}",
+                      probe.end(workers, None if persistent is None else bool(persistent)),
+                      "loader stage counters (observe/stages.py) over the phase")
 
     def copy(self) -> contextlib.AbstractContextManager[None]:
         """Time the host-to-device copy of the current step."""

@@ -31,6 +31,7 @@ import torch
 from PIL import Image
 
 from stepscope.errors import DataError
+from stepscope.observe.stages import Stage
 
 # Keras's DirectoryIterator white list, plus webp which Pillow reads too.
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".tif", ".tiff", ".webp"})
@@ -133,7 +134,10 @@ def _read(path: Path) -> bytes:
     # One read of the whole file, as Keras's load_img does: the page cache serves it or the
     # disk does, and /proc/PID/io counts it either way.
     try:
-        return path.read_bytes()
+        with Stage("read") as st:
+            data = path.read_bytes()
+            st.nbytes = len(data)
+        return data
     except OSError as exc:
         raise CorruptImageError(path, f"{type(exc).__name__}: {exc}") from exc
 
@@ -373,7 +377,9 @@ class ImageDataset(torch.utils.data.Dataset[Sample | BadSample]):
     def __getitem__(self, index: int) -> Sample | BadSample:
         path, label = self.items[index]
         try:
-            return self.transform(path), label
+            # Read and decode inside are timed as their own stages; the rest is augmentation.
+            with Stage("transform"):
+                return self.transform(path), label
         except CorruptImageError as exc:
             # Raising here would kill the epoch (and in a worker, the whole DataLoader).
             return BadSample(str(path), exc.reason)

@@ -1,0 +1,283 @@
+"""Capacities of an input pipeline, the stage that binds, and what a fix would gain.
+
+Every figure is images per second, from one phase's measurements (docs/input-causes.md):
+
+- ``consume``  what the model would take with data always ready: images over the steady
+  steps' time outside the data wait (copy + compute + the rest of the loop).
+- ``loader``   what the loaders supply: ``per_worker × workers`` where a loader's rate is items
+  over its time inside fetches (``observe/stages.py``), bounded by the CPU the job has left
+  for loading: ``spare_cores / cpu_per_image``. ``spare_cores`` is the cores this job may use
+  (affinity and cgroup quota, never the host's) minus what the training process spends
+  computing.
+- ``storage``  with a cold cache, items over the time the loaders were blocked (off-CPU and not
+  runnable: disk), per loader; None when the page cache served the reads.
+
+A fix's predicted speed-up is today's time per image over ``max(1/consume, 1/loader')``
+where ``loader'`` is the capacity after the change (more workers, work moved off the main
+process, a worker pool kept across phases). It is a model, so the tool also says how sure it
+is, and ``compare``/``tune`` put it beside what the rerun achieved.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# Headroom asked of the loaders over what the model consumes: steps vary, and a queue that is
+# only just fed still stalls on every slow batch.
+HEADROOM = 1.15
+MAX_WORKERS_PER_CORE_BLOCKED = 8  # loaders that mostly sleep on latency share a core this far
+MIN_GAIN = 1.10  # below this a change is within the noise of a shared machine
+
+
+@dataclass(frozen=True)
+class LoaderFigures:
+    """One phase's loader counters (the ``stages.phase.<id>`` fact), in plain numbers."""
+
+    workers: int
+    persistent: bool | None
+    items: float
+    fetch_s: float
+    fetch_cpu_s: float
+    fetch_runq_s: float
+    read_bytes: float
+    stage_s: dict[str, float]
+    worker_busy_s: list[float]
+    main_collate_s: float
+    main_pin_s: float
+    waits: int
+    wait_s: float
+    wait_cpu_s: float
+    not_ready: int
+    first_wait_s: float | None
+
+    @property
+    def blocked_s(self) -> float:
+        """Loader time off-CPU and not waiting for a CPU: disk, network, sleeps."""
+        return max(0.0, self.fetch_s - self.fetch_cpu_s - self.fetch_runq_s)
+
+    @property
+    def startup_s(self) -> float:
+        """First wait beyond a typical one: worker start-up (and the first batch's latency)."""
+        if self.first_wait_s is None or self.waits < 2:
+            return 0.0
+        typical = (self.wait_s - self.first_wait_s) / (self.waits - 1)
+        return max(0.0, self.first_wait_s - typical)
+
+
+def loader_figures(fact: Any) -> LoaderFigures | None:
+    """Parse a ``stages.phase.<id>`` fact; None when the stages were not measured."""
+    if not isinstance(fact, dict) or not fact.get("stages_measured"):
+        return None
+    main = fact.get("main") or {}
+    return LoaderFigures(
+        workers=int(fact.get("loader_workers") or 0),
+        persistent=fact.get("persistent_workers"),
+        items=float(fact.get("items") or 0.0), fetch_s=float(fact.get("fetch_s") or 0.0),
+        fetch_cpu_s=float(fact.get("fetch_cpu_s") or 0.0),
+        fetch_runq_s=float(fact.get("fetch_runq_s") or 0.0),
+        read_bytes=float(fact.get("read_bytes") or 0.0),
+        stage_s={k: float(v) for k, v in (fact.get("stage_s") or {}).items()},
+        worker_busy_s=[float(w.get("busy_s") or 0.0) for w in fact.get("workers") or []],
+        main_collate_s=float(main.get("collate_s") or 0.0),
+        main_pin_s=float(main.get("pin_s") or 0.0) if main else
+        float((fact.get("stage_s") or {}).get("pin") or 0.0),
+        waits=int(fact.get("waits") or 0), wait_s=float(fact.get("wait_s") or 0.0),
+        wait_cpu_s=float(fact.get("wait_cpu_s") or 0.0),
+        not_ready=int(fact.get("not_ready_steps") or 0),
+        first_wait_s=fact.get("first_wait_s"),
+    )
+
+
+@dataclass
+class Capacity:
+    """Capacities (images/s) of one phase and the cores behind them."""
+
+    now_images_per_s: float
+    consume_images_per_s: float | None
+    per_loader_images_per_s: float | None
+    loader_images_per_s: float | None
+    storage_images_per_s: float | None
+    cpu_s_per_image: float | None
+    job_cores: float | None
+    compute_cores: float | None
+    spare_cores: float | None
+    binding: str | None
+    stage_ms_per_image: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def job_cores(affinity: float | None, quota: float | None) -> float | None:
+    """The cores this job may use: its affinity, capped by a cgroup CPU quota."""
+    vals = [float(v) for v in (affinity, quota) if isinstance(v, (int, float)) and v > 0]
+    return min(vals) if vals else None
+
+
+def _compute_cores(phase: dict[str, Any], lf: LoaderFigures) -> float | None:
+    """Cores the training process keeps busy while not waiting for data (its compute)."""
+    main_pct, seconds = phase.get("main_cpu_pct"), phase.get("seconds") or 0.0
+    busy_s = seconds - lf.wait_s
+    if main_pct is None or busy_s <= 0:
+        return None
+    main_cpu_s = main_pct / 100.0 * seconds - lf.wait_cpu_s
+    return max(0.0, main_cpu_s / busy_s)
+
+
+def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None,
+                   cold: bool) -> Capacity | None:
+    """The phase's capacities; None without steady steps to measure the model's rate."""
+    step_ms, wait_ms = phase.get("step_ms_per_image"), phase.get("data_wait_ms_per_image")
+    if not step_ms or wait_ms is None or lf.items <= 0:
+        return None
+    rest_ms = max(step_ms - wait_ms, 1e-6)
+    per_loader = lf.items / lf.fetch_s if lf.fetch_s > 0 else None
+    cpu_per_image = lf.fetch_cpu_s / lf.items
+    compute = _compute_cores(phase, lf)
+    spare = None if cores is None else max(0.0, cores - (compute if compute is not None else 1.0))
+    loaders = max(lf.workers, 1)
+    loader = None if per_loader is None else per_loader * loaders
+    if loader is not None and lf.workers > 0 and spare is not None and cpu_per_image > 0:
+        loader = min(loader, max(spare, 1e-6) / cpu_per_image)
+    storage = None
+    if cold and lf.blocked_s > 0:
+        storage = lf.items / lf.blocked_s * loaders
+    cap = Capacity(
+        now_images_per_s=1000.0 / step_ms, consume_images_per_s=1000.0 / rest_ms,
+        per_loader_images_per_s=per_loader, loader_images_per_s=loader,
+        storage_images_per_s=storage, cpu_s_per_image=cpu_per_image, job_cores=cores,
+        compute_cores=compute, spare_cores=spare, binding=None,
+        stage_ms_per_image={k: v / lf.items * 1000.0 for k, v in lf.stage_s.items()},
+    )
+    cap.binding = _binding(cap, lf)
+    return cap
+
+
+def _binding(cap: Capacity, lf: LoaderFigures) -> str:
+    """The stage with the least capacity (inline loading is serial with the model)."""
+    rates: dict[str, float] = {}
+    if cap.consume_images_per_s is not None:
+        rates["compute"] = cap.consume_images_per_s
+    if cap.loader_images_per_s is not None:
+        rates["loader"] = cap.loader_images_per_s
+    if cap.storage_images_per_s is not None:
+        rates["storage"] = cap.storage_images_per_s
+    if lf.workers == 0 and "loader" in rates:
+        # Loading inline adds to every step instead of overlapping it: whichever takes longer
+        # per image binds, but both are paid.
+        return "storage" if rates.get("storage", math.inf) < rates["loader"] else (
+            "loader" if rates["loader"] < rates.get("compute", math.inf) else "compute")
+    return min(rates, key=rates.__getitem__)
+
+
+# --------------------------------------------------------------------------- predictions
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A change, the throughput it should reach and the speed-up over today's."""
+
+    change: str
+    images_per_s: float
+    speedup: float
+    basis: str
+
+
+def _loader_rate_with(cap: Capacity, lf: LoaderFigures, workers: int) -> float | None:
+    """Loader capacity with ``workers`` processes, bounded by the spare cores' CPU."""
+    if cap.per_loader_images_per_s is None:
+        return None
+    rate = cap.per_loader_images_per_s * workers
+    if cap.spare_cores is not None and cap.cpu_s_per_image:
+        rate = min(rate, max(cap.spare_cores, 1e-6) / cap.cpu_s_per_image)
+    if cap.storage_images_per_s is not None:
+        rate = min(rate, cap.storage_images_per_s / max(lf.workers, 1) * workers)
+    return rate
+
+
+def predict_workers(cap: Capacity, lf: LoaderFigures, workers: int) -> Prediction | None:
+    """Throughput with ``workers`` DataLoader workers (loading overlaps the model's steps)."""
+    rate = _loader_rate_with(cap, lf, workers)
+    if rate is None or cap.consume_images_per_s is None:
+        return None
+    main_work = 0.0
+    if lf.workers == 0 and lf.items:
+        # Collate and pin stay in the training process's loop with workers; what moves out is
+        # the per-item work.
+        main_work = lf.main_pin_s / lf.items
+    per_image = max(1.0 / cap.consume_images_per_s + main_work, 1.0 / rate)
+    new = 1.0 / per_image
+    basis = (f"loader {cap.per_loader_images_per_s:.0f} img/s per worker × {workers}"
+             + (f", bounded by {cap.spare_cores:.1f} spare cores at "
+                f"{cap.cpu_s_per_image * 1000:.1f} ms CPU per image"
+                if cap.spare_cores is not None and cap.cpu_s_per_image else "")
+             + f"; the model consumes {cap.consume_images_per_s:.0f} img/s")
+    return Prediction(f"num_workers={workers}", new, new / cap.now_images_per_s, basis)
+
+
+def workers_target(cap: Capacity, lf: LoaderFigures) -> int | None:
+    """Fewest workers whose capacity covers what the model consumes (with headroom), never
+    more than the job's spare cores can run; None when no worker count would gain."""
+    if cap.per_loader_images_per_s is None or cap.consume_images_per_s is None:
+        return None
+    need = math.ceil(HEADROOM * cap.consume_images_per_s / cap.per_loader_images_per_s)
+    if cap.spare_cores is not None and cap.cpu_s_per_image:
+        # A loader busy a fraction f of its time on the CPU takes f of a core.
+        cpu_frac = min(1.0, cap.cpu_s_per_image * cap.per_loader_images_per_s)
+        fit = int(max(cap.spare_cores, 0.0) / max(cpu_frac, 1 / MAX_WORKERS_PER_CORE_BLOCKED))
+        need = min(need, max(fit, 1))
+    target = max(need, 1)
+    if target <= lf.workers:
+        return None
+    best = predict_workers(cap, lf, target)
+    if best is None or best.speedup < MIN_GAIN:
+        return None
+    return target
+
+
+def predict_persistent(phase: dict[str, Any], lf: LoaderFigures) -> Prediction | None:
+    """Keeping the worker pool across phases saves each phase's start-up beyond a normal wait."""
+    seconds = phase.get("seconds") or 0.0
+    if lf.workers == 0 or lf.persistent or lf.startup_s <= 0 or seconds <= lf.startup_s:
+        return None
+    new_s = seconds - lf.startup_s
+    images = phase.get("images") or 0
+    return Prediction("persistent_workers=True", images / new_s if new_s else 0.0,
+                      seconds / new_s,
+                      f"start-up {lf.startup_s * 1000:.0f} ms of a {seconds:.2f} s phase")
+
+
+def predict_without_stage(cap: Capacity, lf: LoaderFigures, stage: str) -> Prediction | None:
+    """Upper bound if one loader stage cost nothing (e.g. augmentation moved to the GPU)."""
+    ms = cap.stage_ms_per_image.get(stage)
+    if not ms or cap.per_loader_images_per_s is None or cap.consume_images_per_s is None:
+        return None
+    per_loader_ms = 1000.0 / cap.per_loader_images_per_s
+    left = max(per_loader_ms - ms, 1e-3)
+    scale = per_loader_ms / left
+    rate = cap.per_loader_images_per_s * scale * max(lf.workers, 1)
+    if cap.spare_cores is not None and cap.cpu_s_per_image and lf.workers > 0:
+        rate = min(rate, max(cap.spare_cores, 1e-6) / cap.cpu_s_per_image * scale)
+    if lf.workers == 0:
+        per_image = 1.0 / cap.consume_images_per_s + left / 1000.0
+    else:
+        per_image = max(1.0 / cap.consume_images_per_s, 1.0 / rate)
+    new = 1.0 / per_image
+    return Prediction(f"{stage} stage free", new, new / cap.now_images_per_s,
+                      f"{stage} {ms:.1f} ms of {per_loader_ms:.1f} ms per image in a loader")
+
+
+def predictions(lf: LoaderFigures, cap: Capacity, phase: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every fix the capacities can price for this phase, as plain dicts (summary.json)."""
+    found: list[Prediction | None] = []
+    target = workers_target(cap, lf)
+    if target is not None:
+        found.append(predict_workers(cap, lf, target))
+    if phase.get("repeat"):
+        found.append(predict_persistent(phase, lf))
+    for stage in ("transform", "decode", "collate"):
+        found.append(predict_without_stage(cap, lf, stage))
+    return [dict(vars(p)) | ({"workers": target} if p.change.startswith("num_workers") else {})
+            for p in found if p is not None and p.speedup >= 1.0]

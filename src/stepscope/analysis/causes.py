@@ -1,0 +1,159 @@
+"""Why an input-bound phase waits, decided from the loader's own stage timing.
+
+Used when the phase has loader stage counters (``observe/stages.py``); otherwise
+:func:`stepscope.analysis.verdicts.decide_input_cause` decides from process samples alone.
+The order is the order of the checks (docs/input-causes.md):
+
+1. ``workers`` (start-up)  non-persistent workers started again for this phase, and the first
+   batch's extra wait is ≥ half of the phase's data wait: ``persistent_workers=True``.
+2. ``storage``  the reads were cold (physical reads ≥ 50 % of bytes read, or the dataset < 50 %
+   resident at start) *and* the loaders stalled on them: blocked off-CPU (not runnable, so not
+   short of a core) ≥ 50 % of their fetch time, I/O pressure ≥ 20 %, or loaders in disk wait in
+   ≥ 20 % of samples. Weighed before CPU, and not when the loaders were on a CPU ≥ 70 % of
+   their time (then they were computing, whatever the disk did).
+3. ``main-process``  the training process's own loader work — collate and pin-memory with
+   ``workers=0``, pin-memory with workers — is ≥ 50 % of the data wait.
+4. ``workers``  more workers would supply what the model consumes within the cores this job may
+   use (capacity model, ``analysis/capacity.py``), for a predicted gain ≥ 1.1×.
+5. ``cpu``  otherwise: the job's cores cannot run more loading (the compute keeps them, or the
+   loaders already fill them).
+"""
+
+from __future__ import annotations
+
+from stepscope.analysis.capacity import (
+    Capacity,
+    LoaderFigures,
+    predict_persistent,
+    predict_workers,
+    workers_target,
+)
+from stepscope.analysis.fmt import fmt_bytes, fmt_pct
+from stepscope.analysis.verdicts import (
+    DISK_WAIT_HIGH_FRAC,
+    PHYS_READ_HIGH_FRAC,
+    PSI_IO_HIGH_PCT,
+    RESIDENT_LOW_FRAC,
+    InputCause,
+    InputEvidence,
+)
+
+STARTUP_DOMINANT_FRAC = 0.5
+BLOCKED_HIGH_FRAC = 0.5
+ON_CPU_HIGH_FRAC = 0.7
+MAIN_PROCESS_FRAC = 0.5
+
+
+def is_cold(ev: InputEvidence) -> bool:
+    """The phase's reads came from the disk, not the page cache."""
+    if ev.disk_read_bytes is not None and ev.rchar_bytes \
+            and ev.disk_read_bytes / ev.rchar_bytes >= PHYS_READ_HIGH_FRAC:
+        return True
+    return ev.resident_frac_start is not None and ev.resident_frac_start < RESIDENT_LOW_FRAC
+
+
+def _ms(s: float, n: float) -> str:
+    return f"{s / n * 1000:.1f} ms" if n else "-"
+
+
+def _startup(lf: LoaderFigures, phase: dict[str, object]) -> InputCause | None:
+    if lf.workers == 0 or lf.persistent or lf.wait_s <= 0 or not phase.get("repeat"):
+        return None
+    if lf.startup_s < STARTUP_DOMINANT_FRAC * lf.wait_s:
+        return None
+    pred = predict_persistent(phase, lf)
+    lines = [f"first batch waited {lf.startup_s * 1000:.0f} ms more than a typical one "
+             f"({fmt_pct(lf.startup_s / lf.wait_s)} of the phase's data wait): "
+             f"{lf.workers} non-persistent workers started again for this phase"]
+    if pred is not None:
+        lines.append(f"persistent_workers=True: predicted {pred.speedup:.2f}× ({pred.basis})")
+    return InputCause("workers", lines)
+
+
+def _storage(ev: InputEvidence, lf: LoaderFigures) -> InputCause | None:
+    if not is_cold(ev) or lf.fetch_s <= 0:
+        return None
+    on_cpu = lf.fetch_cpu_s / lf.fetch_s
+    blocked = lf.blocked_s / lf.fetch_s
+    stalls: list[str] = []
+    if blocked >= BLOCKED_HIGH_FRAC:
+        stalls.append(f"loaders blocked off-CPU {fmt_pct(blocked)} of their fetch time "
+                      f"(on a CPU {fmt_pct(on_cpu)})")
+    if ev.psi_io_some_pct is not None and ev.psi_io_some_pct >= PSI_IO_HIGH_PCT:
+        stalls.append(f"I/O pressure stall {ev.psi_io_some_pct:.0f} % of the time")
+    if ev.disk_wait_frac is not None and ev.disk_wait_frac >= DISK_WAIT_HIGH_FRAC:
+        stalls.append(f"loader processes in disk wait in {fmt_pct(ev.disk_wait_frac)} of samples")
+    if not stalls or on_cpu >= ON_CPU_HIGH_FRAC:
+        return None
+    cold: list[str] = []
+    if ev.disk_read_bytes is not None and ev.rchar_bytes:
+        cold.append(f"physical reads {fmt_bytes(ev.disk_read_bytes)} of "
+                    f"{fmt_bytes(ev.rchar_bytes)} read "
+                    f"({fmt_pct(ev.disk_read_bytes / ev.rchar_bytes)})")
+    if ev.resident_frac_start is not None:
+        cold.append(f"dataset {fmt_pct(ev.resident_frac_start)} resident in the page cache "
+                    "at start")
+    return InputCause("storage", cold + stalls)
+
+
+def _main_process(lf: LoaderFigures) -> InputCause | None:
+    main_s = lf.main_pin_s + (lf.main_collate_s if lf.workers == 0 else 0.0)
+    if lf.wait_s <= 0 or main_s < MAIN_PROCESS_FRAC * lf.wait_s:
+        return None
+    parts = []
+    if lf.workers == 0 and lf.main_collate_s:
+        parts.append(f"collate {_ms(lf.main_collate_s, lf.waits)}")
+    if lf.main_pin_s:
+        parts.append(f"pin-memory {_ms(lf.main_pin_s, lf.waits)}")
+    return InputCause("main-process", [
+        f"the training process spends {fmt_pct(main_s / lf.wait_s)} of its data wait on its "
+        f"own loader work per step: {', '.join(parts)}",
+        f"per-item loading {_ms(lf.stage_s.get('item', 0.0) + _item_stages(lf), lf.items)} "
+        "an image"])
+
+
+def _item_stages(lf: LoaderFigures) -> float:
+    return sum(lf.stage_s.get(k, 0.0) for k in ("read", "decode", "transform"))
+
+
+def _cores_line(cap: Capacity) -> str:
+    compute = "-" if cap.compute_cores is None else f"{cap.compute_cores:.1f}"
+    spare = "-" if cap.spare_cores is None else f"{cap.spare_cores:.1f}"
+    cores = "-" if cap.job_cores is None else f"{cap.job_cores:g}"
+    return (f"this job may use {cores} cores (affinity, cgroup quota); the training process "
+            f"computes on {compute}, leaving {spare} for loading")
+
+
+def _capacity_line(cap: Capacity, lf: LoaderFigures) -> str:
+    per = cap.per_loader_images_per_s
+    cpu = (cap.cpu_s_per_image or 0.0) * 1000
+    return (f"one loader supplies {per or 0:.0f} img/s ({cpu:.1f} ms CPU per image); "
+            f"{max(lf.workers, 1)} supply {cap.loader_images_per_s or 0:.0f} img/s; "
+            f"the model consumes {cap.consume_images_per_s or 0:.0f} img/s")
+
+
+def _workers_or_cpu(lf: LoaderFigures, cap: Capacity) -> InputCause:
+    lines = [_capacity_line(cap, lf), _cores_line(cap)]
+    target = workers_target(cap, lf)
+    if target is not None:
+        pred = predict_workers(cap, lf, target)
+        if pred is not None:
+            lines.append(f"num_workers {lf.workers} → {target}: predicted {pred.speedup:.2f}× "
+                         f"({pred.images_per_s:.0f} img/s)")
+        return InputCause("workers", lines)
+    if lf.fetch_runq_s > 0 and lf.fetch_s > 0:
+        lines.append(f"loaders waited for a free core {fmt_pct(lf.fetch_runq_s / lf.fetch_s)} "
+                     "of their fetch time")
+    lines.append("more workers cannot help: the job's cores are taken")
+    return InputCause("cpu", lines)
+
+
+def decide_cause_from_stages(ev: InputEvidence, lf: LoaderFigures, cap: Capacity | None,
+                             phase: dict[str, object]) -> InputCause | None:
+    """The input cause from stage timing; None when the figures cannot decide."""
+    for found in (_startup(lf, phase), _storage(ev, lf), _main_process(lf)):
+        if found is not None:
+            return found
+    if cap is None:
+        return None
+    return _workers_or_cpu(lf, cap)

@@ -1,0 +1,82 @@
+"""The input finding's fix, priced from the phase's capacities (``analysis/capacity.py``).
+
+The fix follows the input cause and the run's own vocabulary (``DataLoader(num_workers=...)``
+for a PyTorch loop, ``--workers`` for ``stepscope train``); its expected gain is the capacity
+model's prediction with the figures it rests on, never a fixed rule. Without stage timing
+(older runs) the finding keeps its split-based estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepscope.analysis.fmt import fmt_ratio
+
+
+def _pred(agg: dict[str, Any], prefix: str) -> dict[str, Any] | None:
+    return next((p for p in agg.get("predictions") or [] if p["change"].startswith(prefix)), None)
+
+
+def _gain(p: dict[str, Any], sure: str) -> str:
+    return (f"{p['change']}: predicted ~{fmt_ratio(p['speedup'])} faster "
+            f"({p['images_per_s']:.0f} img/s; {p['basis']}); {sure}")
+
+
+def _sureness(agg: dict[str, Any]) -> str:
+    if agg.get("verdict_weak"):
+        return "tentative (few steps or near a threshold)"
+    return "a model from this run's stage timing: measure it with `stepscope compare`"
+
+
+def _workers_words(agg: dict[str, Any], n: int) -> str:
+    if agg.get("run_kind") == "train":
+        return f"rerun `stepscope train` with --workers {n}"
+    return f"DataLoader(..., num_workers={n})"
+
+
+def capacity_fix(agg: dict[str, Any]) -> tuple[str, str] | None:
+    """(fix, expected gain) from the capacities, or None when the run has no stage timing."""
+    cap, loader = agg.get("capacity"), agg.get("loader")
+    cause = agg.get("input_cause")
+    if not cap or not loader or cause is None:
+        return None
+    sure = _sureness(agg)
+    evidence = " ".join(agg.get("input_evidence") or [])
+    persistent = _pred(agg, "persistent_workers")
+    if cause == "workers" and persistent is not None and "non-persistent" in evidence:
+        return ("keep the workers alive between phases: DataLoader(..., persistent_workers=True) "
+                "(they are started again at every epoch and validation today)",
+                _gain(persistent, sure))
+    more = _pred(agg, "num_workers")
+    if cause == "workers" and more is not None:
+        return (f"{_workers_words(agg, int(more['workers']))} (from {loader['workers']}): the "
+                "job has spare cores and the loaders cannot keep up", _gain(more, sure))
+    if cause == "main-process":
+        return ("the training process does the loader's per-batch work itself: move collate into "
+                "workers (num_workers ≥ 1 runs collate_fn there), make collate_fn cheaper, or "
+                "drop pin_memory if the copy is not asynchronous", _cheapest(agg, "collate", sure))
+    if cause == "cpu":
+        stage = _costliest_stage(loader)
+        return (f"the job's {cap.get('job_cores') or '?'} cores are taken; more workers would "
+                f"not help. Make each image cheaper: {stage or 'loading'} costs the most per "
+                "image (cheaper augmentation, augment on the GPU, cache decoded resized "
+                "images)", _cheapest(agg, stage or "transform", sure))
+    if cause == "storage":
+        return ("the loaders wait on the disk: keep the dataset in RAM or on faster local "
+                "storage (once cached, epoch 2 reads from the page cache if it fits), or store "
+                "smaller pre-resized files", f"storage binds at "
+                f"{cap.get('storage_images_per_s') or 0:.0f} img/s; {sure}")
+    return None
+
+
+def _costliest_stage(loader: dict[str, Any]) -> str | None:
+    ms = {k: v for k, v in (loader.get("stage_ms_per_image") or {}).items()
+          if k in ("read", "decode", "transform", "item") and v}
+    return max(ms, key=ms.__getitem__) if ms else None
+
+
+def _cheapest(agg: dict[str, Any], stage: str, sure: str) -> str:
+    p = _pred(agg, f"{stage} stage free")
+    if p is None:
+        return f"no prediction: the {stage} stage was not timed; {sure}"
+    return f"at most ~{fmt_ratio(p['speedup'])} faster if {stage} cost nothing ({p['basis']}); {sure}"

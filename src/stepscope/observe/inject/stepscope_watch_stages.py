@@ -1,0 +1,459 @@
+"""Stage timing inside the input pipeline: where one image's loading time goes.
+
+Every process that loads data (the training process, each DataLoader worker) keeps its own
+counters in a small memory-mapped file, one per process, in the folder named by the
+``STEPSCOPE_STAGES_DIR`` environment variable (set by the Monitor before any worker starts,
+so forked *and* spawned workers find it). Adding to a counter is a store into shared memory
+(~0.1 µs); the training process reads every file at phase boundaries, so no queue, pipe or
+pickling is added to the loader's own path, and a worker killed at the end of an epoch loses
+nothing (the page is the record).
+
+Stages (seconds are *exclusive*: a decode inside a transform is counted as decode only):
+
+- ``item``      the dataset's ``__getitem__`` / iterator ``next`` as a whole, minus the stages below
+- ``read``      reading the file (``Image.open`` on a path, ``torchvision.io.read_file``, the
+  trainer's own read), with the bytes read
+- ``decode``    ``Image.load``, ``cv2.imread``/``imdecode``, ``torchvision.io.decode_*``
+- ``transform`` ``transforms.Compose.__call__`` (or the trainer's augmentation)
+- ``collate``   the DataLoader's ``collate_fn``
+- ``pin``       ``pin_memory`` (the pin thread, or the main process with ``workers=0``)
+
+Per batch (one ``fetch`` of the DataLoader), the fetching thread's scheduler figures from
+``/proc/thread-self/schedstat`` split its wall time into on-CPU, waiting for a CPU (run
+queue: the cores were busy) and blocked (disk, network, sleeps): the evidence that separates
+storage from CPU from too few workers.
+
+This module imports only the standard library: ``watch`` loads it into the user's own
+interpreter (as ``stepscope_watch_stages``), and the Monitor uses it as
+``stepscope.observe.stages``.
+
+Hooks
+Installed by the Monitor (for what is imported when it starts) and by ``watch`` (as each
+library is imported, in the training process and in spawned workers). Forked workers inherit
+the patched functions. Each hook costs one ``Stage`` enter/exit (~1 µs, ``bench/stage_hooks.py``)
+when ``STEPSCOPE_STAGES_DIR`` is set and a dictionary lookup when it is not.
+
+- torch: ``_MapDatasetFetcher.fetch`` / ``_IterableDatasetFetcher.fetch`` (one batch: every
+  ``dataset[i]`` plus ``collate_fn``), the fetcher's ``collate_fn`` and ``pin_memory``.
+- PIL: ``Image.open`` (read, with the file's size when given a path) and ``Image.Image.load``
+  (decode).
+- OpenCV: ``cv2.imread`` (read + decode, counted as decode, with the file's size) and
+  ``cv2.imdecode`` (decode).
+- torchvision: ``io.read_file`` (read), ``io.decode_*`` (decode), ``transforms.Compose.__call__``
+  and ``transforms.v2.Compose.__call__`` (transform).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ENV_DIR = "STEPSCOPE_STAGES_DIR"
+STAGES = ("item", "read", "decode", "transform", "collate", "pin")
+
+# Slot layout of one process's counter file (float64 each).
+PID, T_UPDATE, BATCHES, ITEMS, FETCH_S, FETCH_CPU_S, FETCH_RUNQ_S, READ_BYTES = range(8)
+_STAGE0 = 8  # then (seconds, calls) per stage
+SLOTS = _STAGE0 + 2 * len(STAGES)
+_STAGE_INDEX = {name: _STAGE0 + 2 * i for i, name in enumerate(STAGES)}
+
+
+class _Board:
+    """This process's counters: a float64 view over its memory-mapped file."""
+
+    def __init__(self, folder: str) -> None:
+        self.pid = os.getpid()
+        self.folder = folder
+        path = Path(folder) / f"{self.pid}.stages"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, SLOTS * 8)
+            self._mm = mmap.mmap(fd, SLOTS * 8)
+        finally:
+            os.close(fd)
+        self.v = memoryview(self._mm).cast("d")
+        self.v[PID] = float(self.pid)
+        self.local = threading.local()
+
+
+_board: _Board | None = None
+_board_lock = threading.Lock()
+
+
+def board() -> _Board | None:
+    """This process's board, created on first use (a forked child makes its own)."""
+    global _board
+    folder = os.environ.get(ENV_DIR)
+    b = _board
+    if b is not None and b.pid == os.getpid() and b.folder == folder:
+        return b
+    if not folder:
+        return None
+    with _board_lock:
+        if _board is None or _board.pid != os.getpid() or _board.folder != folder:
+            try:
+                _board = _Board(folder)
+            except OSError:
+                return None
+        return _board
+
+
+class Stage:
+    """Times one stage exclusively (nested stages are subtracted from their parent).
+
+    Examples:
+        >>> with Stage("read", nbytes=1024):
+        ...     data = b"x" * 1024
+    """
+
+    __slots__ = ("_b", "_t0", "name", "nbytes")
+
+    def __init__(self, name: str, nbytes: int = 0) -> None:
+        self.name = name
+        self.nbytes = nbytes
+        self._b: _Board | None = None
+        self._t0 = 0.0
+
+    def __enter__(self) -> Stage:
+        b = self._b = board()
+        if b is not None:
+            stack = getattr(b.local, "stack", None)
+            if stack is None:
+                stack = b.local.stack = []
+            stack.append(0.0)
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        b = self._b
+        if b is None:
+            return
+        dt = time.perf_counter() - self._t0
+        stack: list[float] = b.local.stack
+        children = stack.pop()
+        if stack:
+            stack[-1] += dt
+        i = _STAGE_INDEX[self.name]
+        b.v[i] += max(0.0, dt - children)
+        b.v[i + 1] += 1.0
+        if self.nbytes:
+            b.v[READ_BYTES] += self.nbytes
+
+
+def add_bytes(nbytes: int) -> None:
+    """Count ``nbytes`` read by the current process (when the read itself is timed elsewhere)."""
+    b = board()
+    if b is not None:
+        b.v[READ_BYTES] += nbytes
+
+
+def timed(name: str, fn: Callable[..., Any], nbytes: Callable[..., int] | None = None
+          ) -> Callable[..., Any]:
+    """``fn`` wrapped so each call counts as stage ``name`` (idempotent)."""
+    if getattr(fn, "_stepscope_stage", None):
+        return fn
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        n = 0
+        if nbytes is not None:
+            try:
+                n = nbytes(*args, **kwargs)
+            except Exception:  # a size is a nicety, never a reason to fail the read
+                n = 0
+        with Stage(name, n):
+            return fn(*args, **kwargs)
+
+    wrapper._stepscope_stage = name  # type: ignore[attr-defined]
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    wrapper.__name__ = getattr(fn, "__name__", name)
+    wrapper.__doc__ = getattr(fn, "__doc__", None)
+    return wrapper
+
+
+def _sched() -> tuple[float, float]:
+    """(on-CPU s, run-queue wait s) of the calling thread; (thread CPU, 0) without schedstat."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            parts = f.read().split()
+        return int(parts[0]) / 1e9, int(parts[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return time.thread_time(), 0.0
+
+
+class BatchTimer:
+    """Times one DataLoader fetch (items + collate) with the thread's scheduler split."""
+
+    __slots__ = ("_b", "_cpu0", "_rq0", "_t0", "items")
+
+    def __init__(self, items: int) -> None:
+        self.items = items
+        self._b: _Board | None = None
+        self._t0 = self._cpu0 = self._rq0 = 0.0
+
+    def __enter__(self) -> BatchTimer:
+        self._b = b = board()
+        if b is not None:
+            self._cpu0, self._rq0 = _sched()
+            stack = getattr(b.local, "stack", None)
+            if stack is None:
+                stack = b.local.stack = []
+            stack.append(0.0)
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        b = self._b
+        if b is None:
+            return
+        dt = time.perf_counter() - self._t0
+        cpu, rq = _sched()
+        children = b.local.stack.pop()
+        v = b.v
+        # What the dataset's own code did outside any hooked stage counts as ``item``.
+        v[_STAGE_INDEX["item"]] += max(0.0, dt - children)
+        v[_STAGE_INDEX["item"] + 1] += float(self.items)
+        v[BATCHES] += 1.0
+        v[ITEMS] += float(self.items)
+        v[FETCH_S] += dt
+        v[FETCH_CPU_S] += max(0.0, cpu - self._cpu0)
+        v[FETCH_RUNQ_S] += max(0.0, rq - self._rq0)
+        v[T_UPDATE] = time.time()
+
+
+# --------------------------------------------------------------------------- reading boards
+
+
+@dataclass
+class ProcessStages:
+    """One process's counters at one moment (cumulative since it started)."""
+
+    pid: int
+    batches: float = 0.0
+    items: float = 0.0
+    fetch_s: float = 0.0
+    fetch_cpu_s: float = 0.0
+    fetch_runq_s: float = 0.0
+    read_bytes: float = 0.0
+    stage_s: dict[str, float] = field(default_factory=dict)
+    stage_calls: dict[str, float] = field(default_factory=dict)
+
+    def minus(self, before: ProcessStages | None) -> ProcessStages:
+        if before is None:
+            return self
+        return ProcessStages(
+            self.pid, self.batches - before.batches, self.items - before.items,
+            self.fetch_s - before.fetch_s, self.fetch_cpu_s - before.fetch_cpu_s,
+            self.fetch_runq_s - before.fetch_runq_s, self.read_bytes - before.read_bytes,
+            {k: v - before.stage_s.get(k, 0.0) for k, v in self.stage_s.items()},
+            {k: v - before.stage_calls.get(k, 0.0) for k, v in self.stage_calls.items()},
+        )
+
+
+def read_boards(folder: Path) -> dict[int, ProcessStages]:
+    """Every process's counters in ``folder`` now."""
+    out: dict[int, ProcessStages] = {}
+    try:
+        names = list(Path(folder).glob("*.stages"))
+    except OSError:
+        return out
+    for path in names:
+        try:
+            raw = memoryview(path.read_bytes()).cast("d")
+        except (OSError, TypeError):
+            continue
+        if len(raw) < SLOTS:
+            continue
+        ps = ProcessStages(
+            int(raw[PID]), raw[BATCHES], raw[ITEMS], raw[FETCH_S], raw[FETCH_CPU_S],
+            raw[FETCH_RUNQ_S], raw[READ_BYTES],
+            {s: raw[_STAGE_INDEX[s]] for s in STAGES},
+            {s: raw[_STAGE_INDEX[s] + 1] for s in STAGES},
+        )
+        out[ps.pid] = ps
+    return out
+
+
+def phase_stages(before: dict[int, ProcessStages], after: dict[int, ProcessStages],
+                 main_pid: int) -> dict[str, Any]:
+    """What the loaders did between two readings, as a plain dict (stored as a fact).
+
+    ``workers`` lists each other process's busy time (seconds inside fetches) in the window.
+    """
+    total = ProcessStages(0, stage_s=dict.fromkeys(STAGES, 0.0),
+                          stage_calls=dict.fromkeys(STAGES, 0.0))
+    workers: list[dict[str, float]] = []
+    main: dict[str, float] = {}
+    for pid, now in after.items():
+        d = now.minus(before.get(pid))
+        total.batches += d.batches
+        total.items += d.items
+        total.fetch_s += d.fetch_s
+        total.fetch_cpu_s += d.fetch_cpu_s
+        total.fetch_runq_s += d.fetch_runq_s
+        total.read_bytes += d.read_bytes
+        for s in STAGES:
+            total.stage_s[s] += d.stage_s.get(s, 0.0)
+            total.stage_calls[s] += d.stage_calls.get(s, 0.0)
+        row = {"pid": pid, "busy_s": d.fetch_s, "cpu_s": d.fetch_cpu_s,
+               "runq_s": d.fetch_runq_s, "batches": d.batches, "items": d.items}
+        if pid == main_pid:
+            main = {**row, "pin_s": d.stage_s.get("pin", 0.0),
+                    "collate_s": d.stage_s.get("collate", 0.0)}
+        elif d.batches > 0:
+            workers.append(row)
+    return {
+        "batches": total.batches, "items": total.items, "fetch_s": total.fetch_s,
+        "fetch_cpu_s": total.fetch_cpu_s, "fetch_runq_s": total.fetch_runq_s,
+        "read_bytes": total.read_bytes,
+        "stage_s": total.stage_s, "stage_calls": total.stage_calls,
+        "workers": workers, "main": main,
+    }
+
+
+# A batch that was ready came back from the loader's ``__next__`` in well under a millisecond
+# (a queue get of a prepared batch); a longer wait means the step found none ready.
+NOT_READY_S = 0.001
+
+
+class LoaderProbe:
+    """One phase of the loop as the loader's consumer sees it, plus what every loader did.
+
+    The training loop calls :meth:`waited` after each ``next(loader)`` with the wall and this
+    thread's CPU time spent inside it: with ``workers=0`` that CPU time *is* the loading work,
+    read from the loading thread itself and only during data waits (never the whole process,
+    whose compute threads would otherwise count as loading).
+    """
+
+    def __init__(self, folder: str | Path | None, main_pid: int) -> None:
+        self.folder = None if folder is None else Path(folder)
+        self.main_pid = main_pid
+        self._before: dict[int, ProcessStages] = {}
+        self.waits = 0
+        self.wait_s = 0.0
+        self.wait_cpu_s = 0.0
+        self.not_ready = 0
+        self.first_wait_s: float | None = None
+
+    def begin(self) -> None:
+        self._before = read_boards(self.folder) if self.folder is not None else {}
+
+    def waited(self, wall_s: float, cpu_s: float) -> None:
+        if self.first_wait_s is None:
+            self.first_wait_s = wall_s
+        self.waits += 1
+        self.wait_s += wall_s
+        self.wait_cpu_s += cpu_s
+        if wall_s > NOT_READY_S:
+            self.not_ready += 1
+
+    def end(self, workers: int | None, persistent: bool | None) -> dict[str, Any]:
+        after = read_boards(self.folder) if self.folder is not None else {}
+        out = phase_stages(self._before, after, self.main_pid)
+        out.update({"loader_workers": workers, "persistent_workers": persistent,
+                    "waits": self.waits, "wait_s": self.wait_s, "wait_cpu_s": self.wait_cpu_s,
+                    "not_ready_steps": self.not_ready, "first_wait_s": self.first_wait_s,
+                    "stages_measured": self.folder is not None and bool(after)})
+        return out
+
+
+# --------------------------------------------------------------------------- library hooks
+
+
+def _path_size(fp: Any, *_: Any, **__: Any) -> int:
+    if isinstance(fp, (str, bytes, os.PathLike)):
+        return os.stat(fp).st_size
+    return 0
+
+
+def install_torch(torch: ModuleType) -> None:
+    """Time every fetch, collate and pin of torch's DataLoader."""
+    fetch_mod = torch.utils.data._utils.fetch
+    for cls in (fetch_mod._MapDatasetFetcher, fetch_mod._IterableDatasetFetcher):
+        if getattr(cls.fetch, "_stepscope_stage", None):
+            continue
+        cls.fetch = _timed_fetch(cls.fetch)
+    pin_mod = torch.utils.data._utils.pin_memory
+    pin_mod.pin_memory = timed("pin", pin_mod.pin_memory)
+
+
+def _timed_fetch(orig: Any) -> Any:
+    def fetch(self: Any, possibly_batched_index: Any) -> Any:
+        cf = self.collate_fn
+        if not getattr(cf, "_stepscope_stage", None):
+            self.collate_fn = timed("collate", cf)
+        items = len(possibly_batched_index) if self.auto_collation else 1
+        with BatchTimer(items):
+            return orig(self, possibly_batched_index)
+
+    fetch._stepscope_stage = "fetch"  # type: ignore[attr-defined]
+    return fetch
+
+
+def install_pil(pil_image: Any) -> None:
+    """``PIL.Image``: open reads (a path) or parses (a buffer); load decodes."""
+    orig_open = pil_image.open
+    if getattr(orig_open, "_stepscope_stage", None):
+        return
+
+    def open_(fp: Any, *args: Any, **kwargs: Any) -> Any:
+        is_path = isinstance(fp, (str, bytes, os.PathLike))
+        with Stage("read" if is_path else "decode", _path_size(fp) if is_path else 0):
+            return orig_open(fp, *args, **kwargs)
+
+    open_._stepscope_stage = "read"  # type: ignore[attr-defined]
+    pil_image.open = open_
+    pil_image.Image.load = timed("decode", pil_image.Image.load)
+
+
+def install_cv2(cv2: Any) -> None:
+    """OpenCV's file and buffer decoders."""
+    if hasattr(cv2, "imread"):
+        cv2.imread = timed("decode", cv2.imread, _path_size)
+    if hasattr(cv2, "imdecode"):
+        cv2.imdecode = timed("decode", cv2.imdecode)
+
+
+def install_torchvision(tv: ModuleType) -> None:
+    """torchvision's file reader, decoders and Compose."""
+    io = getattr(tv, "io", None)
+    if io is not None:
+        if hasattr(io, "read_file"):
+            io.read_file = timed("read", io.read_file, _path_size)
+        for name in ("decode_jpeg", "decode_png", "decode_image", "decode_webp", "read_image"):
+            if hasattr(io, name):
+                setattr(io, name, timed("decode", getattr(io, name)))
+    for mod_name in ("transforms", "transforms.v2"):
+        mod: Any = tv
+        for part in mod_name.split("."):
+            mod = getattr(mod, part, None)
+            if mod is None:
+                break
+        compose = getattr(mod, "Compose", None) if mod is not None else None
+        if compose is not None and "__call__" in vars(compose):
+            compose.__call__ = timed("transform", compose.__call__)
+        elif compose is not None and "forward" in vars(compose):
+            compose.forward = timed("transform", compose.forward)
+
+
+def install_loaded(modules: dict[str, ModuleType]) -> list[str]:
+    """Install every hook whose library is already imported; the names of those installed."""
+    done: list[str] = []
+    table = (("torch", install_torch), ("PIL.Image", install_pil), ("cv2", install_cv2),
+             ("torchvision", install_torchvision))
+    for name, install in table:
+        mod = modules.get(name)
+        if mod is None:
+            continue
+        try:
+            install(mod)
+            done.append(name)
+        except (AttributeError, TypeError):  # an unexpected library version: no stage timing
+            continue
+    return done

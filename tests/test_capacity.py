@@ -1,0 +1,140 @@
+"""Capacity model and the stage-based input cause (pure: hand-made loader figures)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepscope.analysis.capacity import (
+    LoaderFigures,
+    build_capacity,
+    job_cores,
+    predict_persistent,
+    predict_workers,
+    workers_target,
+)
+from stepscope.analysis.causes import decide_cause_from_stages
+from stepscope.analysis.verdicts import InputEvidence, decide_verdict
+
+
+def _lf(**kw: Any) -> LoaderFigures:
+    base: dict[str, Any] = dict(
+        workers=1, persistent=False, items=800.0, fetch_s=8.0, fetch_cpu_s=0.2,
+        fetch_runq_s=0.0, read_bytes=0.0, stage_s={"item": 8.0}, worker_busy_s=[8.0],
+        main_collate_s=0.0, main_pin_s=0.0, waits=100, wait_s=6.0, wait_cpu_s=0.05,
+        not_ready=95, first_wait_s=0.08)
+    base.update(kw)
+    return LoaderFigures(**base)
+
+
+def _phase(step_ms_img: float = 10.0, wait_ms_img: float = 7.5, main_cpu: float = 30.0,
+           seconds: float = 8.0) -> dict[str, Any]:
+    return {"step_ms_per_image": step_ms_img, "data_wait_ms_per_image": wait_ms_img,
+            "main_cpu_pct": main_cpu, "seconds": seconds, "images": 800}
+
+
+def _cause(lf: LoaderFigures, ev: InputEvidence, cores: float, phase: dict[str, Any] | None = None,
+           repeat: bool = False) -> Any:
+    ph = phase or _phase()
+    cap = build_capacity(ph, lf, cores, cold=False)
+    return decide_cause_from_stages(ev, lf, cap, {**ph, "repeat": repeat})
+
+
+def test_job_cores_take_the_tighter_of_affinity_and_quota() -> None:
+    assert job_cores(2, None) == 2 and job_cores(8, 1.5) == 1.5 and job_cores(None, None) is None
+
+
+def test_sleeping_loader_with_idle_cores_needs_workers() -> None:
+    # 10 ms latency an item, hardly any CPU: one worker supplies 100 img/s, the model 400.
+    c = _cause(_lf(), InputEvidence(workers=1), cores=2)
+    assert c.cause == "workers"
+    assert any("num_workers 1 →" in line for line in c.evidence)
+
+
+def test_saturated_cores_are_cpu_and_never_more_workers() -> None:
+    # Two workers on two cores, each image 10 ms of CPU; the training process computes on one
+    # core: the job's cores are taken.
+    lf = _lf(workers=2, fetch_s=8.0, fetch_cpu_s=7.6, fetch_runq_s=0.3, worker_busy_s=[4.0, 4.0])
+    c = _cause(lf, InputEvidence(workers=2), 2, _phase(main_cpu=100.0))
+    assert c.cause == "cpu", c.evidence
+    cap = build_capacity(_phase(main_cpu=100.0), lf, 2, cold=False)
+    assert cap is not None and workers_target(cap, lf) is None
+
+
+def test_one_allowed_core_inline_is_cpu() -> None:
+    lf = _lf(workers=0, fetch_s=6.0, fetch_cpu_s=5.8, worker_busy_s=[], wait_cpu_s=5.8)
+    c = _cause(lf, InputEvidence(workers=0), 1, _phase(main_cpu=100.0))
+    assert c.cause == "cpu"
+
+
+def test_inline_cpu_loading_with_a_spare_core_is_workers() -> None:
+    # Inline, the data wait is the loading: 7.5 ms of CPU an image, beside 2.5 ms of model.
+    lf = _lf(workers=0, fetch_s=6.0, fetch_cpu_s=5.8, worker_busy_s=[], wait_cpu_s=5.8)
+    c = _cause(lf, InputEvidence(workers=0), 2, _phase(main_cpu=100.0))
+    assert c.cause == "workers"
+
+
+def test_cold_reads_and_blocked_loaders_are_storage_before_cpu() -> None:
+    ev = InputEvidence(workers=0, disk_read_bytes=99, rchar_bytes=100, disk_wait_frac=0.28,
+                       psi_io_some_pct=21.0)
+    lf = _lf(workers=0, fetch_cpu_s=1.0, worker_busy_s=[])
+    # The whole training process was at 108 % of a core: never read as the loader's CPU.
+    c = _cause(lf, ev, 2, _phase(main_cpu=108.0))
+    assert c.cause == "storage"
+    assert any("blocked off-CPU" in line for line in c.evidence)
+
+
+def test_cold_reads_beside_busy_loaders_are_not_storage() -> None:
+    ev = InputEvidence(workers=2, disk_read_bytes=99, rchar_bytes=100, disk_wait_frac=0.25)
+    lf = _lf(workers=2, fetch_cpu_s=7.6, worker_busy_s=[4.0, 4.0])
+    assert _cause(lf, ev, 2, _phase(main_cpu=100.0)).cause != "storage"
+
+
+def test_collate_in_the_main_process_is_main_process() -> None:
+    lf = _lf(workers=0, worker_busy_s=[], main_collate_s=5.0, stage_s={"item": 1.0,
+                                                                       "collate": 5.0})
+    c = _cause(lf, InputEvidence(workers=0), cores=2)
+    assert c.cause == "main-process" and "collate" in c.evidence[0]
+
+
+def test_worker_start_up_each_phase_leads_to_persistent_workers() -> None:
+    lf = _lf(workers=2, first_wait_s=4.0, wait_s=5.0, worker_busy_s=[2.0, 2.0])
+    c = _cause(lf, InputEvidence(workers=2), cores=2, repeat=True)
+    assert c.cause == "workers" and "non-persistent" in c.evidence[0]
+    # The first phase of a loader must start its workers anyway: not this cause there.
+    assert "non-persistent" not in " ".join(_cause(lf, InputEvidence(workers=2), 2).evidence)
+    p = predict_persistent({"seconds": 8.0, "images": 800}, lf)
+    assert p is not None and 1.8 < p.speedup < 2.2
+
+
+def test_predicted_gain_follows_the_capacities() -> None:
+    lf = _lf()
+    cap = build_capacity(_phase(), lf, 2, cold=False)
+    assert cap is not None
+    two = predict_workers(cap, lf, 2)
+    assert two is not None
+    # One worker: 100 img/s supplied; two: 200; the model consumes 400 → 2× today's 100.
+    assert 1.8 < two.speedup < 2.2
+
+
+def test_three_parts_at_nineteen_percent_are_not_compute_bound() -> None:
+    v = decide_verdict(0.19, 0.19, 0.19, 100)
+    assert v.verdict != "compute-bound" and v.weak and "tentative" in (v.note or "")
+
+
+def test_a_part_near_the_threshold_is_tentative() -> None:
+    assert decide_verdict(0.21, 0.0, 0.0, 100).weak
+    assert not decide_verdict(0.40, 0.0, 0.0, 100).weak
+
+
+def test_one_pathological_step_does_not_flip_the_split() -> None:
+    from stepscope.analysis.phases import split_fields, steady_split
+    from stepscope.store.records import StepRecord
+
+    steps = [StepRecord(0, i, float(i), 0.05, 0.002, 0.0, 0.048, 0.0, 8) for i in range(60)]
+    steps[30] = StepRecord(0, 30, 30.0, 10.0, 10.0, 0.0, 0.0, 0.0, 8)  # one 10 s stall
+    split, steady = steady_split(steps)
+    fields = split_fields(split)
+    assert steady and split.outlier_steps == 1 and fields["data_wait_frac"] < 0.1
+    v = decide_verdict(fields["data_wait_frac"], fields["transfer_frac"], fields["other_frac"],
+                       split.steps)
+    assert v.verdict == "compute-bound"

@@ -1,0 +1,86 @@
+"""Loader stage counters: exclusive nesting, per-process boards, phase deltas."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from stepscope.observe import stages
+
+
+@pytest.fixture()
+def board_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(stages.ENV_DIR, str(tmp_path))
+    return tmp_path
+
+
+def _mine(folder: Path) -> stages.ProcessStages:
+    return stages.read_boards(folder)[os.getpid()]
+
+
+def test_nested_stages_are_exclusive(board_dir: Path) -> None:
+    with stages.Stage("transform"):
+        time.sleep(0.02)
+        with stages.Stage("decode"):
+            time.sleep(0.05)
+    b = _mine(board_dir)
+    assert 0.045 <= b.stage_s["decode"] < 0.2
+    # The transform's own time excludes the decode nested inside it.
+    assert 0.015 <= b.stage_s["transform"] < 0.045
+    assert b.stage_calls["decode"] == 1 and b.stage_calls["transform"] == 1
+
+
+def test_batch_timer_counts_items_and_splits_blocked_from_cpu(board_dir: Path) -> None:
+    with stages.BatchTimer(items=4), stages.Stage("read", nbytes=1000):
+        time.sleep(0.05)  # asleep: off-CPU and not runnable, like a disk read
+    b = _mine(board_dir)
+    assert b.items == 4 and b.batches == 1 and b.read_bytes == 1000
+    assert b.fetch_s >= 0.05
+    assert b.fetch_cpu_s < 0.5 * b.fetch_s
+    assert b.stage_s["item"] < 0.01  # all of it was inside the read stage
+
+
+def test_timed_wrapper_is_idempotent_and_keeps_the_result(board_dir: Path) -> None:
+    f = stages.timed("decode", lambda x: x + 1)
+    assert stages.timed("decode", f) is f
+    assert f(1) == 2
+    assert _mine(board_dir).stage_calls["decode"] == 1
+
+
+def test_no_folder_no_counting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(stages.ENV_DIR, raising=False)
+    with stages.Stage("read", nbytes=10):
+        pass  # nothing to write to; must not fail
+
+
+def test_probe_reports_the_phase_delta_and_waits(board_dir: Path) -> None:
+    with stages.BatchTimer(items=2):
+        pass
+    probe = stages.LoaderProbe(board_dir, os.getpid())
+    probe.begin()
+    with stages.BatchTimer(items=8):
+        time.sleep(0.01)
+    probe.waited(0.3, 0.01)
+    probe.waited(0.0001, 0.0)
+    out = probe.end(workers=0, persistent=False)
+    assert out["items"] == 8 and out["batches"] == 1  # the earlier batch is not this phase's
+    assert out["waits"] == 2 and out["not_ready_steps"] == 1
+    assert out["first_wait_s"] == 0.3 and out["stages_measured"]
+    assert out["main"]["items"] == 8
+
+
+def test_a_forked_child_gets_its_own_board(board_dir: Path) -> None:
+    with stages.Stage("read"):
+        pass
+    pid = os.fork()
+    if pid == 0:  # the child: count one decode in its own file, then leave at once
+        with stages.Stage("decode"):
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+    boards = stages.read_boards(board_dir)
+    assert boards[pid].stage_calls["decode"] == 1 and boards[pid].stage_calls["read"] == 0
+    assert boards[os.getpid()].stage_calls["decode"] == 0
