@@ -100,6 +100,7 @@ class Capacity:
     loader_images_per_s: float | None
     storage_images_per_s: float | None
     cpu_s_per_image: float | None
+    runq_s_per_image: float
     job_cores: float | None
     compute_cores: float | None
     spare_cores: float | None
@@ -130,7 +131,7 @@ def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None
                    cold: bool) -> Capacity | None:
     """The phase's capacities; None without steady steps to measure the model's rate."""
     step_ms, wait_ms = phase.get("step_ms_per_image"), phase.get("data_wait_ms_per_image")
-    if not step_ms or wait_ms is None or lf.items <= 0:
+    if not step_ms or wait_ms is None or lf.items <= 0 or lf.fetch_s <= 0:
         return None
     rest_ms = max(step_ms - wait_ms, 1e-6)
     per_loader = lf.items / lf.fetch_s if lf.fetch_s > 0 else None
@@ -147,7 +148,8 @@ def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None
     cap = Capacity(
         now_images_per_s=1000.0 / step_ms, consume_images_per_s=1000.0 / rest_ms,
         per_loader_images_per_s=per_loader, loader_images_per_s=loader,
-        storage_images_per_s=storage, cpu_s_per_image=cpu_per_image, job_cores=cores,
+        storage_images_per_s=storage, cpu_s_per_image=cpu_per_image,
+        runq_s_per_image=lf.fetch_runq_s / lf.items, job_cores=cores,
         compute_cores=compute, spare_cores=spare, binding=None,
         stage_ms_per_image={k: v / lf.items * 1000.0 for k, v in lf.stage_s.items()},
     )
@@ -224,8 +226,10 @@ def workers_target(cap: Capacity, lf: LoaderFigures) -> int | None:
         return None
     need = math.ceil(HEADROOM * cap.consume_images_per_s / cap.per_loader_images_per_s)
     if cap.spare_cores is not None and cap.cpu_s_per_image:
-        # A loader busy a fraction f of its time on the CPU takes f of a core.
-        cpu_frac = min(1.0, cap.cpu_s_per_image * cap.per_loader_images_per_s)
+        # A loader that wants a CPU a fraction f of its time (running, or runnable and waiting
+        # for a core on a busy machine) takes f of a core.
+        cpu_frac = min(1.0, (cap.cpu_s_per_image + cap.runq_s_per_image)
+                       * cap.per_loader_images_per_s)
         fit = int(max(cap.spare_cores, 0.0) / max(cpu_frac, 1 / MAX_WORKERS_PER_CORE_BLOCKED))
         need = min(need, max(fit, 1))
     target = max(need, 1)

@@ -39,7 +39,7 @@ from stepscope.observe.sampling import phase_io_totals, phase_resident_frac
 from stepscope.observe.steps import GpuEvent, StepTimer
 from stepscope.store.db import RunWriter
 from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
-from stepscope.store.rundir import DB_NAME
+from stepscope.store.rundir import DB_NAME, RunDir
 
 T = TypeVar("T")
 
@@ -48,7 +48,6 @@ T = TypeVar("T")
 # steady-state figures leave them out. Worker start-up in later epochs is a real per-epoch
 # cost and stays in.
 DEFAULT_WARMUP_STEPS = 3
-STAGES_DIR = ".stages"  # per-process loader stage counters, removed when the run closes
 
 
 @dataclass
@@ -187,7 +186,8 @@ class Monitor(AbstractContextManager["Monitor"]):
         """
         if not self._stage_timing:
             return
-        folder = self.run_dir / STAGES_DIR / str(os.getpid())
+        # Per recording process: ranks sharing a run directory keep their counters apart.
+        folder = RunDir(self.run_dir).stages / str(os.getpid())
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -253,7 +253,9 @@ class Monitor(AbstractContextManager["Monitor"]):
         if os.environ.get(stages.ENV_DIR) == str(self._stages_dir):
             del os.environ[stages.ENV_DIR]
         # The counters were read at every phase end; the files are scratch.
-        shutil.rmtree(self._stages_dir.parent, ignore_errors=True)
+        shutil.rmtree(self._stages_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):  # other ranks may still be recording there
+            self._stages_dir.parent.rmdir()
         self._stages_dir = None
 
     def __enter__(self) -> Monitor:

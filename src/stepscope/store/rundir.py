@@ -12,6 +12,7 @@ file can be renamed (or a new one added) here and nowhere else::
       trace.json          Chrome/Perfetto trace (``stepscope report --trace``)
       metrics.csv         one row per epoch (trainer runs)
       checkpoints/        best.pt, last.pt (trainer runs)
+      .stages/<pid>/      loader stage counters while a run records (scratch, removed at close)
 
 Examples:
     >>> rd = RunDir(Path("runs/demo"))
@@ -36,6 +37,7 @@ METRICS_NAME = "metrics.csv"
 CHECKPOINTS_NAME = "checkpoints"
 BEST_CHECKPOINT_NAME = "best.pt"
 LAST_CHECKPOINT_NAME = "last.pt"
+STAGES_NAME = ".stages"
 
 _RANK_DB_GLOB = "run.rank*.db"
 _RANK_DB_RE = re.compile(r"run\.rank(\d+)\.db")
@@ -69,6 +71,11 @@ class RunDir:
 
     def rank_db(self, rank: int) -> Path:
         return self.path / rank_db_name(rank)
+
+    @property
+    def stages(self) -> Path:
+        """Scratch folder of the loader stage counters (``observe/stages.py``)."""
+        return self.path / STAGES_NAME
 
     @property
     def config(self) -> Path:

@@ -359,7 +359,9 @@ class LoaderProbe:
         out.update({"loader_workers": workers, "persistent_workers": persistent,
                     "waits": self.waits, "wait_s": self.wait_s, "wait_cpu_s": self.wait_cpu_s,
                     "not_ready_steps": self.not_ready, "first_wait_s": self.first_wait_s,
-                    "stages_measured": self.folder is not None and bool(after)})
+                    # The loop-side figures hold even when no loader process wrote counters
+                    # (workers started with ``spawn`` outside ``watch`` have no hooks).
+                    "stages_measured": self.folder is not None})
         return out
 
 
