@@ -29,6 +29,7 @@ from typing import Any
 HEADROOM = 1.15
 MAX_WORKERS_PER_CORE_BLOCKED = 8  # loaders that mostly sleep on latency share a core this far
 MIN_GAIN = 1.10  # below this a change is within the noise of a shared machine
+MIN_STEADY_BATCHES = 3
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,11 @@ def loader_figures(fact: Any) -> LoaderFigures | None:
     if not isinstance(fact, dict) or not fact.get("stages_measured"):
         return None
     main = fact.get("main") or {}
+    # Rates come from the batches after the first (its one-off costs are the start-up figure),
+    # when there were enough of them to measure.
+    steady = fact.get("steady") or {}
+    if (steady.get("batches") or 0) >= MIN_STEADY_BATCHES and steady.get("fetch_s"):
+        fact = {**fact, **steady}
     return LoaderFigures(
         workers=int(fact.get("loader_workers") or 0),
         persistent=fact.get("persistent_workers"),
@@ -226,10 +232,10 @@ def workers_target(cap: Capacity, lf: LoaderFigures) -> int | None:
         return None
     need = math.ceil(HEADROOM * cap.consume_images_per_s / cap.per_loader_images_per_s)
     if cap.spare_cores is not None and cap.cpu_s_per_image:
-        # A loader that wants a CPU a fraction f of its time (running, or runnable and waiting
-        # for a core on a busy machine) takes f of a core.
-        cpu_frac = min(1.0, (cap.cpu_s_per_image + cap.runq_s_per_image)
-                       * cap.per_loader_images_per_s)
+        # A loader on a CPU a fraction f of its time takes f of a core. Time spent runnable but
+        # waiting for a core is not counted: on a shared host that is other jobs' load, not
+        # work this job's own cores would have to run (the evidence names it separately).
+        cpu_frac = min(1.0, cap.cpu_s_per_image * cap.per_loader_images_per_s)
         fit = int(max(cap.spare_cores, 0.0) / max(cpu_frac, 1 / MAX_WORKERS_PER_CORE_BLOCKED))
         need = min(need, max(fit, 1))
     target = max(need, 1)

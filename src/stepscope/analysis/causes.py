@@ -42,6 +42,7 @@ STARTUP_DOMINANT_FRAC = 0.5
 BLOCKED_HIGH_FRAC = 0.5
 ON_CPU_HIGH_FRAC = 0.7
 MAIN_PROCESS_FRAC = 0.5
+CONTENDED_FRAC = 0.3
 
 
 def is_cold(ev: InputEvidence) -> bool:
@@ -134,6 +135,9 @@ def _capacity_line(cap: Capacity, lf: LoaderFigures) -> str:
 
 def _workers_or_cpu(lf: LoaderFigures, cap: Capacity) -> InputCause:
     lines = [_capacity_line(cap, lf), _cores_line(cap)]
+    if lf.fetch_s > 0 and lf.fetch_runq_s / lf.fetch_s >= CONTENDED_FRAC:
+        lines.append(f"loaders waited for a free core {fmt_pct(lf.fetch_runq_s / lf.fetch_s)} of "
+                     "their fetch time (other processes share these cores): gains may be smaller")
     target = workers_target(cap, lf)
     if target is not None:
         pred = predict_workers(cap, lf, target)
@@ -141,9 +145,6 @@ def _workers_or_cpu(lf: LoaderFigures, cap: Capacity) -> InputCause:
             lines.append(f"num_workers {lf.workers} → {target}: predicted {pred.speedup:.2f}× "
                          f"({pred.images_per_s:.0f} img/s)")
         return InputCause("workers", lines)
-    if lf.fetch_runq_s > 0 and lf.fetch_s > 0:
-        lines.append(f"loaders waited for a free core {fmt_pct(lf.fetch_runq_s / lf.fetch_s)} "
-                     "of their fetch time")
     lines.append("more workers cannot help: the job's cores are taken")
     return InputCause("cpu", lines)
 

@@ -335,6 +335,7 @@ class LoaderProbe:
         self.folder = None if folder is None else Path(folder)
         self.main_pid = main_pid
         self._before: dict[int, ProcessStages] = {}
+        self._first: dict[int, ProcessStages] | None = None
         self.waits = 0
         self.wait_s = 0.0
         self.wait_cpu_s = 0.0
@@ -347,6 +348,9 @@ class LoaderProbe:
     def waited(self, wall_s: float, cpu_s: float) -> None:
         if self.first_wait_s is None:
             self.first_wait_s = wall_s
+            # The first batch pays one-off costs (worker start-up, lazy imports, first-touch
+            # allocations); rates are read from the counters after it.
+            self._first = read_boards(self.folder) if self.folder is not None else {}
         self.waits += 1
         self.wait_s += wall_s
         self.wait_cpu_s += cpu_s
@@ -356,6 +360,10 @@ class LoaderProbe:
     def end(self, workers: int | None, persistent: bool | None) -> dict[str, Any]:
         after = read_boards(self.folder) if self.folder is not None else {}
         out = phase_stages(self._before, after, self.main_pid)
+        if self._first is not None:
+            steady = phase_stages(self._first, after, self.main_pid)
+            out["steady"] = {k: steady[k] for k in (
+                "batches", "items", "fetch_s", "fetch_cpu_s", "fetch_runq_s", "stage_s")}
         out.update({"loader_workers": workers, "persistent_workers": persistent,
                     "waits": self.waits, "wait_s": self.wait_s, "wait_cpu_s": self.wait_cpu_s,
                     "not_ready_steps": self.not_ready, "first_wait_s": self.first_wait_s,
