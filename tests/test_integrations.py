@@ -1,0 +1,90 @@
+"""Framework callbacks (stepscope.lightning / hf / keras): each example trains a tiny model for
+real, in its own subprocess (torch and TensorFlow/JAX/Keras never share a process here), with a
+planted loading cost, and the run directory must say input-bound with the wait in the split."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+EXAMPLES = ROOT / "examples"
+PY = sys.executable
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), **extra}
+
+
+def _run_example(script: str, out: Path, *args: str, env: dict[str, str] | None = None) -> dict:
+    proc = subprocess.run([PY, str(EXAMPLES / script), "--out", str(out), *args],
+                          capture_output=True, text=True, env=env or _env(), timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "stepscope: " in proc.stderr  # the one closing line
+    assert (out / "report.html").is_file()
+    return dict(json.loads((out / "summary.json").read_text()))
+
+
+def _check_input_bound(summary: dict, *, epochs: int, steps: int, images: int, kind: str) -> None:
+    """20 ms of planted loading per image, 8 per batch, against a ~5 ms model: input-bound."""
+    assert summary["run"]["kind"] == kind
+    assert summary["run"]["status"] == "completed"
+    phases = summary["phases"]
+    train = [p for p in phases if p["phase"] == "train"]
+    val = [p for p in phases if p["phase"] == "val"]
+    assert len(train) == epochs and len(val) == epochs
+    assert len({p["epoch"] for p in train}) == epochs
+    for p in train:
+        assert p["steps"] == steps and p["images"] == images
+        assert p["verdict"] == "input-bound", p
+        assert p["data_wait_frac"] > 0.7, p
+        parts = p["data_wait_frac"] + p["transfer_frac"] + p["compute_frac"] + p["other_frac"]
+        assert parts == pytest.approx(1.0, abs=0.02)
+    # Each val phase follows its epoch's train phase, in the same epoch.
+    assert [p["epoch"] for p in val] == [p["epoch"] for p in train]
+    assert all(p["steps"] > 0 for p in val)
+
+
+@pytest.mark.slow
+def test_lightning_callback(tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    summary = _run_example("lightning_callback.py", tmp_path / "run", "--epochs", "2")
+    _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:lightning")
+
+
+@pytest.mark.slow
+def test_hf_callback(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    summary = _run_example("hf_callback.py", tmp_path / "run", "--epochs", "2")
+    _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:hf")
+
+
+_BLOCKED = """
+import sys
+for name in ("torch", "tensorflow", "jax", "keras", "lightning", "pytorch_lightning",
+             "transformers"):
+    sys.modules[name] = None  # importing any of them now raises ImportError
+import stepscope, stepscope.lightning, stepscope.hf, stepscope.keras
+from stepscope.errors import StepscopeError
+for mod in (stepscope.lightning, stepscope.hf, stepscope.keras):
+    try:
+        mod.Callback
+    except StepscopeError as exc:
+        print(mod.__name__, "->", exc)
+"""
+
+
+def test_importable_without_any_framework() -> None:
+    proc = subprocess.run([PY, "-c", _BLOCKED], capture_output=True, text=True, env=_env(),
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3
+    assert "pip install lightning" in lines[0]
+    assert "pip install transformers" in lines[1]
+    assert "pip install keras" in lines[2]
