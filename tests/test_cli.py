@@ -13,7 +13,7 @@ from stepscope.cli import app
 from tests.conftest import data_flags
 
 COMMANDS = ["demo", "data synth", "train", "predict", "report", "explain", "compare", "top",
-            "doctor", "watch", "tune"]
+            "doctor", "watch", "tune", "export"]
 runner = CliRunner()
 
 

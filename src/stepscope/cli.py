@@ -178,6 +178,21 @@ def report(
 
 
 @app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    csv_dir: Annotated[Path, Opt("--csv", help="Folder for steps.csv, phases.csv and samples.csv.")],
+) -> None:
+    """Write the run's step, phase and sample tables as CSV files (for pandas).
+
+    Example: stepscope export runs/first --csv runs/first/csv
+    """
+    from stepscope.store.export import export_csv
+
+    for path in export_csv(run_dir, csv_dir):
+        console.print(str(path))
+
+
+@app.command()
 def explain(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
     as_json: Annotated[bool, Opt("--json", help="Answers as JSON.")] = False,
@@ -190,9 +205,12 @@ def explain(
     from stepscope.analysis.explain import explain as run_explain
     from stepscope.render import terminal
 
-    answers = run_explain(summ.write_summary(run_dir))
+    summary = summ.write_summary(run_dir)
+    answers = run_explain(summary)
     if as_json:
-        console.print_json(json.dumps([vars(a) for a in answers], default=str))
+        from stepscope.render.jsonout import dumps, explain_json
+
+        typer.echo(dumps(explain_json(summary, answers)))
     else:
         console.print(terminal.explanation(answers))
 
@@ -215,12 +233,14 @@ def compare(
     a, b = summ.write_summary(run_a), summ.write_summary(run_b)
     cmp = compare_summaries(a, b)
     if as_json:
-        console.print_json(json.dumps(cmp, default=lambda o: getattr(o, "__dict__", str(o))))
+        from stepscope.render.jsonout import compare_json, dumps
+
+        typer.echo(dumps(compare_json(cmp, a, b)))
     else:
         console.print(terminal.comparison_table(cmp))
     if html_out is not None:
         html.write_compare_report(html_out, cmp, a, b)
-        console.print(f"comparison: {html_out}")
+        (err_console if as_json else console).print(f"comparison: {html_out}")
 
 
 @app.command()
@@ -287,7 +307,9 @@ def doctor(
     result["prediction"] = prediction(result)
     result["cache_prediction"] = cache_prediction(result)
     if as_json:
-        console.print_json(json.dumps(result, default=str))
+        from stepscope.render.jsonout import doctor_json, dumps
+
+        typer.echo(dumps(doctor_json(result)))
     else:
         console.print(doctor_view(result))
 
@@ -326,6 +348,7 @@ def tune(
     ctx: typer.Context,
     budget: Annotated[float, Opt("--budget-s", help="Seconds the whole tune may take.")] = 120.0,
     out_config: Annotated[Path, Opt(help="Where to write the winning configuration (YAML).")] = Path("tuned.yaml"),
+    as_json: Annotated[bool, Opt("--json", help="Print the measurements and the winner as JSON (docs/json.md).")] = False,
 ) -> None:
     """Measure which input-pipeline and precision settings train fastest on your data and
     machine, and write the winner as a config for `stepscope train --config`.
@@ -341,16 +364,21 @@ def tune(
     from stepscope.train import tune as tuning
 
     cfg = _train_config_from_args(list(ctx.args))
-    with Progress(TextColumn("{task.description}"), BarColumn(), console=console,
-                  transient=True) as bar:
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  console=err_console if as_json else console, transient=True) as bar:
         task = bar.add_task("tuning", total=1.0)
 
         def progress(text: str, frac: float) -> None:
             bar.update(task, description=text[:70], completed=min(frac, 1.0))
 
         result = tuning.tune(cfg, budget_s=budget, progress=progress)
-    console.print(tune_table(result))
     tuning.write_tuned_config(result, cfg, out_config)
+    if as_json:
+        from stepscope.render.jsonout import dumps, tune_json
+
+        typer.echo(dumps(tune_json(result.to_dict(), str(out_config))))
+        return
+    console.print(tune_table(result))
     console.print(f"winner written to {out_config}: stepscope train --config {out_config}")
 
 
