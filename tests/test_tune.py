@@ -22,7 +22,6 @@ from stepscope.train.tune import (
     _resolve_split,
     choose_winner,
     chunk_rates,
-    predict_images_per_s,
     time_loader,
     tune,
     worker_counts,
@@ -44,19 +43,6 @@ def test_chunk_rates_span_one_burst_of_workers() -> None:
     assert chunk_rates([0.1, 0.1, 0.1], [8, 8, 4], 2) == [80.0]  # short tail dropped
     assert chunk_rates([0.1], [8], 4) == [80.0]  # unless it is all there is
     assert chunk_rates([], [], 1) == []
-
-
-def test_prediction_adds_times_without_workers_and_overlaps_with_them() -> None:
-    serial = predict_images_per_s(loader_w=100, loader_0=100, compute=100, workers=0, cores=2,
-                                  shared_cores=True)
-    assert serial == pytest.approx(50.0)
-    gpu = predict_images_per_s(loader_w=300, loader_0=100, compute=1000, workers=4, cores=8,
-                               shared_cores=False)
-    assert gpu == 300.0  # the loader limits a fast GPU
-    cpu = predict_images_per_s(loader_w=1000, loader_0=500, compute=100, workers=2, cores=2,
-                               shared_cores=True)
-    # The trunk's 100 img/s, less the core time decoding takes from it: 1/(1/100 + 1/1000).
-    assert cpu == pytest.approx(1 / (1 / 100 + 1 / 1000))
 
 
 def _run_row(label: str, rate: float, lo: float, hi: float, wait: float, *, baseline: bool = False

@@ -20,13 +20,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from stepscope import policy
 from stepscope.analysis.fmt import fmt_bytes, fmt_pct, fmt_rate
 
 Side = Literal["input", "model"]
 
-# Below this share of one core, loading inline beats a worker process on a CPU-only machine
-# (the same rule as train/setup.py's ``--workers auto``; analysis/ may not import train/).
-INLINE_LOADING_MAX_FRAC = 0.25
 # A dataset taking more than this share of available memory competes with the training
 # process itself (model, workers, pinned buffers) for the cache: call it a tight fit.
 TIGHT_FIT_FRAC = 0.5
@@ -93,18 +91,23 @@ def bottleneck(report: dict[str, Any]) -> Bottleneck:
     cores = max(1, int(report["cpu"]["usable_cores"]))
     threads: int | None = None
     if training.get("device", "cpu") != "cpu":
-        spare = max(1, cores - 1)  # one core launches the GPU work in the main process
-        workers = min(spare, max(1, math.ceil(trunk / loader)))
+        spare = policy.max_workers(cores)  # one core launches the GPU work in the main process
+        workers = policy.auto_workers(trunk / loader, cores, on_gpu=True)
         side: Side = "input" if loader * spare < trunk else "model"
-        loader_cores, expected = float(spare), min(trunk, loader * workers)
+        loader_cores = float(spare)
+        expected = policy.predict_images_per_s(
+            loader_w=loader * workers, loader_0=loader, compute=trunk, workers=workers,
+            cores=cores, shared_cores=False)
     else:
         threads = int(training.get("threads") or ceil["forward_fp32"].get("threads") or cores)
         trunk_core_s, loader_core_s = threads / trunk, 1.0 / loader
-        expected = min(trunk, cores / (trunk_core_s + loader_core_s))
+        # Workers overlap loading with the trunk, but on the same cores: core-seconds add up.
+        expected = policy.predict_images_per_s(
+            loader_w=math.inf, loader_0=loader, compute=trunk, workers=1, cores=cores,
+            shared_cores=True, compute_core_s=trunk_core_s)
         loader_cores = expected / loader
-        # train/setup.py's --workers auto rule: load inline when it costs little of a core.
-        workers = 0 if loader_cores <= INLINE_LOADING_MAX_FRAC else max(
-            1, min(cores, math.ceil(loader_cores - 1e-9)))
+        # The trainer's --workers auto rule: load inline when it costs little of a core.
+        workers = policy.auto_workers(loader_cores, cores, on_gpu=False)
         side = "model" if trunk_core_s >= loader_core_s else "input"
     return Bottleneck(
         side=side, device=str(training.get("device", "cpu")), trunk_images_per_s=trunk,

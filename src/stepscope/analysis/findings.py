@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepscope import policy
 from stepscope.analysis.fixes import capacity_fix
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
@@ -54,11 +55,6 @@ def _s(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
-def _workers_target(workers: int, cores: float | None) -> int:
-    n = int(cores or 2)
-    return max(2, n) if workers == 0 else min(max(n, workers + 1), workers * 2)
-
-
 def _input_fix(agg: dict[str, Any], cores: float | None) -> tuple[str, str]:
     """(fix, short change label) for the input cause."""
     w = int(agg.get("workers") or 0)
@@ -69,8 +65,9 @@ def _input_fix(agg: dict[str, Any], cores: float | None) -> tuple[str, str]:
         return ("the loader waits on the disk: put the dataset on faster local storage or in RAM "
                 "(it stays in the page cache after the first epoch if it fits), store smaller "
                 "pre-resized files, or add workers so more reads are in flight", "faster storage")
-    if cause == "workers" or (cause == "cpu" and not cores_busy and w < (cores or 1)):
-        t = _workers_target(w, cores)
+    # Never more workers than the job's cores allow (policy.more_workers); unknown cores: 2.
+    t = policy.more_workers(w, int(cores or 2))
+    if t is not None and (cause == "workers" or (cause == "cpu" and not cores_busy)):
         return (f"raise DataLoader workers {w} → {t} (and prefetch_factor) so batches are ready "
                 "when the step asks", f"workers {w} → {t}")
     if agg["phase"] == "val":

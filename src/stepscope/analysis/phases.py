@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepscope import policy
 from stepscope.analysis.capacity import (
     Capacity,
     LoaderFigures,
@@ -84,13 +85,13 @@ def _outliers(steps: list[StepRecord]) -> set[int]:
 
 
 def steady_split(steps: list[StepRecord]) -> tuple[StepSplit, bool]:
-    """The split over steady-state steps; falls back to all steps (``False``) if none is steady.
+    """The split over steady-state steps (:func:`stepscope.policy.steady_steps`); falls back to
+    all steps (``False``) if none is steady.
 
     Pathological outlier steps (see :func:`_outliers`) are left out and counted instead.
     """
+    chosen, steady = policy.steady_steps(steps)
     split = StepSplit()
-    steady = [s for s in steps if not s.warmup]
-    chosen = steady if steady else steps
     drop = _outliers(chosen)
     for i, s in enumerate(chosen):
         if i in drop:
@@ -98,7 +99,7 @@ def steady_split(steps: list[StepRecord]) -> tuple[StepSplit, bool]:
             split.outlier_s += s.wall_s
         else:
             split.add(s)
-    return split, bool(steady)
+    return split, steady
 
 
 def split_fields(split: StepSplit) -> dict[str, Any]:

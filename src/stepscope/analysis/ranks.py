@@ -36,6 +36,7 @@ from stepscope.analysis.phases import (
 )
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import BOUND_FRAC, decide_verdict
+from stepscope.policy import weighted_mean
 from stepscope.store.db import RunReader
 from stepscope.store.records import StepRecord
 from stepscope.store.rundir import RunDir
@@ -174,14 +175,6 @@ def _train_phases(data: RankData) -> list[dict[str, Any]]:
     return [p for p in data.phases if p["phase"] == "train"]
 
 
-def _weighted(rows: list[dict[str, Any]], key: str) -> float | None:
-    pairs = [(r[key], r["seconds"]) for r in rows if r.get(key) is not None]
-    total = sum(s for _, s in pairs)
-    if not pairs:
-        return None
-    return sum(v * s for v, s in pairs) / total if total > 0 else pairs[0][0]
-
-
 def _sum_of(rows: list[dict[str, Any]], key: str) -> float | None:
     vals = [r[key] for r in rows if r.get(key) is not None]
     return sum(vals) if vals else None
@@ -223,9 +216,9 @@ def rank_row(data: RankData, keys: Sequence[StepKey]) -> dict[str, Any]:
         "compute_ms_per_step": _ms(split.per_step(split.compute_s)),
         "comm_ms_per_step": _ms(split.per_step(split.comm_s)),
         "workers": train[-1]["workers"] if train else None,
-        "main_cpu_pct": _weighted(train, "main_cpu_pct"),
+        "main_cpu_pct": weighted_mean(train, "main_cpu_pct"),
         "worker_cpu_pct": sum(worker_cpu) / len(worker_cpu) if worker_cpu else None,
-        "host_cpu_pct": _weighted(train, "cpu_util_pct"),
+        "host_cpu_pct": weighted_mean(train, "cpu_util_pct"),
         "disk_read_bytes": _sum_of(train, "disk_read_bytes"),
         "input_cause": cause, "input_evidence": evidence,
     }

@@ -29,12 +29,12 @@ from stepscope.analysis.phases import (
 from stepscope.analysis.ranks import add_rank_stores
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import decide_verdict
+from stepscope.policy import weighted_mean
 from stepscope.store.db import RunReader
 from stepscope.store.records import Fact, PhaseRecord, RunInfo, StepRecord
 from stepscope.store.rundir import RunDir
 
 SCHEMA_VERSION = 1
-STRAGGLER_FRAC = 0.9  # a rank below 90 % of the median throughput holds the others back
 
 
 def _fact(facts: dict[str, Fact], key: str) -> Any:
@@ -155,22 +155,13 @@ def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
         "seconds": seconds, "images_per_s": images / seconds if seconds > 0 else None,
         **fields, "verdict": v.verdict, "verdict_weak": v.weak, "verdict_note": v.note,
         "input_cause": cause, "input_evidence": evidence,
-        "cpu_util_pct": _weighted(rows, "cpu_util_pct"), "gpu_util_pct": _weighted(rows, "gpu_util_pct"),
-        "loader_cpu_ms_per_image": _weighted(rows, "loader_cpu_ms_per_image"),
+        "cpu_util_pct": weighted_mean(rows, "cpu_util_pct"), "gpu_util_pct": weighted_mean(rows, "gpu_util_pct"),
+        "loader_cpu_ms_per_image": weighted_mean(rows, "loader_cpu_ms_per_image"),
         "workers": rows[-1]["workers"],
         "capacity": rep.get("capacity"), "loader": rep.get("loader"),
         "predictions": rep.get("predictions") or [],
         "capacity_epoch": rep["epoch"],
     }
-
-
-def _weighted(rows: list[dict[str, Any]], key: str) -> float | None:
-    """Seconds-weighted mean of a per-phase figure over the phases that have it."""
-    pairs = [(r[key], r["seconds"]) for r in rows if r.get(key) is not None]
-    w = sum(s for _, s in pairs)
-    if not pairs:
-        return None
-    return sum(v * s for v, s in pairs) / w if w > 0 else sum(v for v, _ in pairs) / len(pairs)
 
 
 def _epochs(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -185,36 +176,6 @@ def _epochs(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if p.get(key) is not None:
                 e[key] = (e[key] or 0) + p[key]
     return [out[k] for k in sorted(out)]
-
-
-def aggregate_ranks(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-rank throughput and data wait; empty for single-process runs.
-
-    A straggler runs below ``STRAGGLER_FRAC`` of the median rank's images/s; its cause is
-    ``input`` when it waits for data clearly more than the median rank, else ``compute``.
-    """
-    by_rank: dict[int, list[dict[str, Any]]] = {}
-    for p in phases:
-        by_rank.setdefault(int(p.get("rank") or 0), []).append(p)
-    if len(by_rank) < 2:
-        return []
-    rows = []
-    for rank, ps in sorted(by_rank.items()):
-        sec = sum(p["seconds"] for p in ps)
-        rows.append({"rank": rank,
-                     "images_per_s": sum(p["images"] for p in ps) / sec if sec > 0 else None,
-                     "data_wait_frac": _weighted(ps, "data_wait_frac")})
-    rates = sorted(r["images_per_s"] for r in rows if r["images_per_s"] is not None)
-    waits = sorted(r["data_wait_frac"] for r in rows if r["data_wait_frac"] is not None)
-    med_rate = rates[len(rates) // 2] if rates else None
-    med_wait = waits[len(waits) // 2] if waits else 0.0
-    for r in rows:
-        slow = med_rate is not None and r["images_per_s"] is not None and \
-            r["images_per_s"] < STRAGGLER_FRAC * med_rate
-        r["straggler"] = bool(slow)
-        r["cause"] = None if not slow else (
-            "input" if (r["data_wait_frac"] or 0.0) > med_wait + 0.1 else "compute")
-    return rows
 
 
 def monitor_overhead(facts: dict[str, Fact], cache: SampleCache, run_s: float | None,
@@ -235,17 +196,14 @@ def _main_pid(run: RunInfo, reader: RunReader) -> int | None:
 
 
 def _summarize_phases(reader: RunReader, ctx: PhaseContext, rank: int
-                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, list[StepRecord]]]:
-    """(phases of this run's rank, phases of every rank, steps by phase id)."""
+                      ) -> tuple[list[dict[str, Any]], dict[int, list[StepRecord]]]:
+    """(phases of this run's rank, steps by phase id)."""
     steps_by_phase: dict[int, list[StepRecord]] = {}
     for s in reader.steps():
         steps_by_phase.setdefault(s.phase_id, []).append(s)
-    every: list[dict[str, Any]] = []
     records: list[PhaseRecord] = reader.phases()
-    for ph in records:
-        every.append(summarize_phase(ph, steps_by_phase.get(ph.phase_id, []), ctx))
-    mine = [p for p in every if (p["rank"] or 0) == rank]
-    return mine, every, steps_by_phase
+    every = [summarize_phase(ph, steps_by_phase.get(ph.phase_id, []), ctx) for ph in records]
+    return [p for p in every if (p["rank"] or 0) == rank], steps_by_phase
 
 
 def _facts_sections(facts: dict[str, Fact], cache: SampleCache, cores: float | None
@@ -300,7 +258,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     is_gpu_run = gpu is not None
     ctx = PhaseContext(cache=cache, processes=reader.processes(), main_pid=main_pid,
                        gpu_index=gpu, stages=_stage_facts(facts), cores=_job_cores(facts, cache))
-    phases, every, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
+    phases, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
     _mark_cached_phases(phases, facts)
     checkpoints = _assign_checkpoints(phases, cache)
     cores = _cores(facts, cache)
@@ -322,7 +280,8 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
         "checkpoints": checkpoints,
         **_facts_sections(facts, cache, cores),
         "system": _system_section(cache, run_section),
-        "ranks": aggregate_ranks(every),
+        # Distributed runs: filled from the rank stores by add_rank_stores (analysis/ranks.py).
+        "ranks": [],
         "monitor_overhead_frac": monitor_overhead(facts, cache, run_section["seconds"], cores),
         "notes": notes,
     }
@@ -384,4 +343,4 @@ def load_summary(run_dir: Path) -> dict[str, Any]:
     return dict(json.loads(RunDir(Path(run_dir)).summary.read_text()))
 
 
-__all__ = ["aggregate_ranks", "build_summary", "load_summary", "phase_window", "write_summary"]
+__all__ = ["build_summary", "load_summary", "phase_window", "write_summary"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from stepscope import policy
 from stepscope.observe import pagecache
 from stepscope.observe.blkio import blkio_available
 from stepscope.observe.disk import block_device_for
@@ -97,9 +98,7 @@ def cpu_facts(*, proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> CpuFacts
     name, flags = parse_cpuinfo(_read(proc / "cpuinfo") or "")
     affinity = len(os.sched_getaffinity(0))
     quota = cpu_quota_cores(proc=proc, cgroup_root=cgroup_root)
-    # A quota of 1.5 cores lets two threads run for 75 % of each period: round down, since
-    # the half core is time the busiest thread spends throttled, not a core to schedule on.
-    usable = max(1, min(affinity, int(quota)) if quota is not None else affinity)
+    usable = policy.job_cores(affinity, quota)  # a quota of 1.5 cores is 1 core to schedule on
     return CpuFacts(
         model_name=name,
         logical_cpus=os.cpu_count() or affinity,

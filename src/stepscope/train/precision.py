@@ -15,10 +15,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-# CPU flags that mean the cores have native bf16 arithmetic: AVX-512 BF16 (dot products of
-# bf16 pairs into fp32, Cooper Lake / Zen 4+) and AMX-BF16 (tile matrix units, Sapphire Rapids+).
-# oneDNN, which runs PyTorch's CPU convolutions, uses either when present.
-BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+from stepscope import policy
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
@@ -54,26 +51,25 @@ def cpu_has_bf16(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> bool:
         >>> cpu_has_bf16()  # doctest: +SKIP
         True
     """
-    return bool(cpu_flags(cpuinfo_path) & BF16_CPU_FLAGS)
+    return policy.cpu_has_native_bf16(cpu_flags(cpuinfo_path))
 
 
 def bf16_pays(device: torch.device, cpuinfo_path: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether bf16 autocast is expected to speed up training on ``device``.
+    """Whether bf16 autocast is expected to speed up training on ``device``
+    (:func:`stepscope.policy.bf16_pays`, fed this machine's facts).
 
-    CUDA: GPUs from Ampere (compute capability 8.0) on have bf16 tensor cores; older ones only
-    emulate it, which PyTorch's plain ``is_bf16_supported()`` would count as support.
-    CPU: only with the native bf16 flags; otherwise oneDNN converts to fp32 and back and loses.
+    PyTorch's plain ``is_bf16_supported()`` would count a GPU that only emulates bf16.
 
     Examples:
         >>> bf16_pays(torch.device("cpu"))  # doctest: +SKIP
         True
     """
     if device.type == "cuda":
-        if not torch.cuda.is_available():
-            return False
-        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+        native = torch.cuda.is_available() and bool(
+            torch.cuda.is_bf16_supported(including_emulation=False))
+        return policy.bf16_pays("cuda", cuda_native_bf16=native)
     if device.type == "cpu":
-        return cpu_has_bf16(cpuinfo_path)
+        return policy.bf16_pays("cpu", cpu_flags=cpu_flags(cpuinfo_path))
     return False
 
 

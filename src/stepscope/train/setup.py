@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import random
 from dataclasses import dataclass
@@ -13,18 +12,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from stepscope import policy
 from stepscope.errors import StepscopeError
+from stepscope.observe.host import cpu_quota_cores
 from stepscope.train import augment, data, gpuaug, models, precision
 from stepscope.train.config import TrainConfig
-
-# Images per second one CPU worker delivers, by augmentation backend, measured on a 2-core
-# Zen 5 / Xeon (REFERENCE.md): decode + augment + resize to ~299 px.
-PER_WORKER_IMG_S = {"fused": 1400.0, "keras": 130.0, "none": 1000.0, "gpu": 1000.0}
-# What the frozen trunk consumes on a CPU-only machine is rarely above this (EfficientNet-Lite0
-# at 224 px, 2 cores, bf16); on a GPU the trunk is 10-100x faster and the CPU must feed it.
-CPU_TRUNK_IMG_S = 120.0
-# Load inline on a CPU-only machine while loading costs at most this share of the trunk's time.
-INLINE_LOADING_MAX_FRAC = 0.25
 
 
 @dataclass
@@ -49,7 +41,8 @@ class Setup:
 
 
 def usable_cores() -> int:
-    return len(os.sched_getaffinity(0))
+    """Cores this job may use: its affinity mask capped by its cgroup CPU quota."""
+    return policy.job_cores(len(os.sched_getaffinity(0)), cpu_quota_cores())
 
 
 def resolve_device(name: str) -> torch.device:
@@ -64,25 +57,18 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_workers(spec: str, *, cores: int, device: torch.device, backend: str) -> int:
-    """``--workers auto``: enough loader processes to feed the trunk, no more.
+    """``--workers auto``: :func:`stepscope.policy.auto_workers` (the rule doctor and the
+    findings also follow) with the typical CPU trunk's need for ``backend``.
 
-    On a CPU-only machine every worker takes cores from the trunk's own threads. When one image
-    costs the loader under a quarter of what the trunk spends on it, loading inline (0 workers)
-    costs less than a process that preempts the trunk's threads (they wait for each other at
-    every parallel region). Measured on 2 cores, EfficientNet-Lite0 with the fused augmentation:
-    at 128 px 162 img/s inline against 90-107 with one worker (`stepscope tune`); at 299 px
-    45 against 44 img/s (bench/pipeline_efficiency.py). A slower pipeline gets just enough workers
-    for the trunk's rate. On a GPU the trunk outruns any CPU pipeline, so the loader gets all
-    cores but one (the main process launches the GPU work).
+    On a CPU-only machine every worker takes cores from the trunk's own threads, so a cheap
+    pipeline loads inline; on a GPU the trunk outruns any CPU pipeline, so the loader gets
+    every core but one (the main process launches the GPU work).
     """
     if spec != "auto":
         return int(spec)
     if device.type == "cuda":
-        return max(1, min(cores - 1, 8))
-    need = CPU_TRUNK_IMG_S / PER_WORKER_IMG_S.get(backend, 500.0)
-    if need <= INLINE_LOADING_MAX_FRAC:
-        return 0
-    return max(1, min(max(cores - 1, 1), math.ceil(need)))
+        return policy.auto_workers(None, cores, on_gpu=True)
+    return policy.auto_workers(policy.default_loader_cores(backend), cores, on_gpu=False)
 
 
 def seed_everything(seed: int) -> None:
@@ -158,7 +144,7 @@ def build(cfg: TrainConfig) -> Setup:
     model = models.create_model(
         cfg.model, weights=cfg.weights, num_classes=len(split.classes), unfreeze=cfg.unfreeze
     )
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and precision.bf16_pays(device))
+    bf16 = policy.use_bf16(cfg.precision, precision.bf16_pays(device))
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model = model.to(device)

@@ -31,6 +31,7 @@ import cv2
 import torch
 from torch.utils.data import DataLoader
 
+from stepscope import policy
 from stepscope.errors import DataError
 from stepscope.observe.monitor import DEFAULT_WARMUP_STEPS
 from stepscope.store.db import RunReader
@@ -201,32 +202,6 @@ def chunk_rates(seconds: Sequence[float], images: Sequence[int], chunk: int
             break
         rates.append(sum(n) / max(sum(s), 1e-9))
     return rates
-
-
-def predict_images_per_s(*, loader_w: float, loader_0: float, compute: float, workers: int,
-                         cores: int, shared_cores: bool) -> float:
-    """What a training run should reach, from the loader and trunk ceilings.
-
-    With no workers the main process decodes, then computes, in turn: the times add. With
-    workers loading overlaps computing, so the slower side sets the rate; but on a CPU-only
-    machine both share the same cores, so the core-seconds per image add up again (an upper
-    bound: it assumes perfect sharing).
-
-    Examples:
-        >>> predict_images_per_s(loader_w=200, loader_0=100, compute=100, workers=0, cores=2,
-        ...                      shared_cores=False)
-        50.0
-        >>> predict_images_per_s(loader_w=200, loader_0=100, compute=100, workers=2, cores=2,
-        ...                      shared_cores=False)
-        100.0
-    """
-    if workers == 0:
-        return 1.0 / (1.0 / loader_0 + 1.0 / compute)
-    rate = min(loader_w, compute)
-    if shared_cores:
-        # Decode costs 1/loader_0 core-seconds an image; the trunk 1/compute of all cores.
-        rate = min(rate, 1.0 / (1.0 / compute + 1.0 / (max(cores, 1) * loader_0)))
-    return rate
 
 
 def _fmt_rate(images_per_s: float) -> str:
@@ -435,7 +410,7 @@ def _rank(cands: Sequence[Candidate], base: Candidate, loader: dict[tuple[str, i
         cp = compute.get((c.precision, c.channels_last))
         if lw is None or l0 is None or cp is None:
             return None
-        return predict_images_per_s(loader_w=lw, loader_0=l0, compute=cp, workers=c.workers,
+        return policy.predict_images_per_s(loader_w=lw, loader_0=l0, compute=cp, workers=c.workers,
                                     cores=cores, shared_cores=shared)
 
     scored = [(c, predict(c)) for c in cands if c != base]
@@ -453,7 +428,7 @@ def run_rate(run_dir: Path) -> tuple[list[float], float, float, int]:
         ids = {p.phase_id for p in reader.phases() if p.phase == "train"}
         steps = [s for s in reader.steps() if s.phase_id in ids]
         workers = max((p.workers or 0 for p in reader.phases()), default=0)
-    steady = [s for s in steps if not s.warmup] or steps
+    steady, _ = policy.steady_steps(steps)
     wall = [s.wall_s for s in steady]
     # Chunks of one step per worker smooth the workers' bursts, but a short run needs at least
     # three chunks for its spread to mean anything.
@@ -556,7 +531,7 @@ def baseline_candidate(cfg: TrainConfig, device: torch.device, cores: int) -> Ca
     """The user's own settings, resolved as ``train`` resolves them."""
     backend = cfg.aug_backend if cfg.aug_backend in _backends(device) else "fused"
     workers = setup.resolve_workers(cfg.workers, cores=cores, device=device, backend=backend)
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and precision.bf16_pays(device))
+    bf16 = policy.use_bf16(cfg.precision, precision.bf16_pays(device))
     return Candidate(workers, cfg.prefetch, backend, "bf16" if bf16 else "fp32", cfg.channels_last)
 
 
