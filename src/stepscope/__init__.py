@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Monitor", "__version__", "phase_hint"]
+__all__ = ["Monitor", "__version__", "phase_hint", "show"]
 
 if TYPE_CHECKING:
+    from stepscope.notebook import show
     from stepscope.observe.monitor import Monitor
     from stepscope.observe.phase_hint import phase_hint
 
@@ -26,4 +27,8 @@ def __getattr__(name: str) -> Any:
         from stepscope.observe.phase_hint import phase_hint
 
         return phase_hint
+    if name == "show":
+        from stepscope.notebook import show
+
+        return show
     raise AttributeError(name)

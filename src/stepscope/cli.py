@@ -23,7 +23,7 @@ app = typer.Typer(
     help="Make a training run explain itself: where every step's time goes, what the machine "
     "does in each epoch and phase, why, and which change makes it faster.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -34,6 +34,22 @@ console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 Opt = typer.Option
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from stepscope import __version__
+
+        typer.echo(f"stepscope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, Opt("--version", callback=_print_version, is_eager=True,
+                                 help="Print stepscope's version and exit.")] = False,
+) -> None:
+    """Make a training run explain itself (see `stepscope COMMAND --help`)."""
 
 
 def _finish_run(run_dir: Path, *, show: bool = True, as_json: bool = False,
@@ -446,7 +462,9 @@ def main() -> None:
     if debug:
         sys.argv.remove("--debug")
     try:
-        app()
+        # The program's name for --help and for the completion script (--install-completion),
+        # also when started as `python -m stepscope`.
+        app(prog_name="stepscope")
     except StepscopeError as exc:
         if debug:
             raise

@@ -1,0 +1,36 @@
+"""`stepscope --version` and shell completion (Typer's --install-completion / --show-completion)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import stepscope
+
+SRC = str(Path(__file__).parents[1] / "src")
+
+
+def _stepscope(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stepscope", *args], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": SRC, **env})
+
+
+def test_version() -> None:
+    proc = _stepscope("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"stepscope {stepscope.__version__}"
+
+
+def test_completion_script_and_completions() -> None:
+    script = _stepscope("--show-completion", "bash", SHELL="/bin/bash")
+    assert script.returncode == 0
+    assert "complete" in script.stdout and "_STEPSCOPE_COMPLETE" in script.stdout
+    # What bash asks for when the user types `stepscope rep<TAB>` / `stepscope report --tr<TAB>`.
+    words = _stepscope(_STEPSCOPE_COMPLETE="complete_bash", COMP_WORDS="stepscope rep",
+                       COMP_CWORD="1")
+    assert words.stdout.split() == ["report"]
+    flags = _stepscope(_STEPSCOPE_COMPLETE="complete_bash", COMP_WORDS="stepscope report --t",
+                       COMP_CWORD="2")
+    assert set(flags.stdout.split()) == {"--trace", "--tensorboard"}
