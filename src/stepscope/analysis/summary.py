@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from stepscope.analysis.phases import (
 from stepscope.analysis.ranks import add_rank_stores
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import decide_verdict
+from stepscope.atomic import atomic_write_text
 from stepscope.policy import weighted_mean
 from stepscope.store.db import RunReader
 from stepscope.store.records import Fact, PhaseRecord, RunInfo, StepRecord
@@ -326,11 +326,9 @@ def write_summary(run_dir: Path) -> dict[str, Any]:
         summary = build_summary(reader)
     # A distributed run: rank 0 wrote run.db, the others run.rank<k>.db; merge their view.
     add_rank_stores(summary, run_dir)
-    target = RunDir(run_dir).summary
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     # Write-then-rename: a reader (the live report, `compare`) never sees half a file.
-    tmp.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
-    os.replace(tmp, target)
+    atomic_write_text(RunDir(run_dir).summary,
+                      json.dumps(summary, indent=2, default=_json_default) + "\n")
     return summary
 
 

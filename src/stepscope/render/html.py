@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from stepscope.analysis.fmt import (
     fmt_ratio,
 )
 from stepscope.analysis.timeline import Series, Timeline, sum_series
+from stepscope.atomic import atomic_write_text
 from stepscope.render.svg import (
     PALETTE,
     PHASE_FILL,
@@ -82,14 +82,6 @@ def _how(text: str) -> str:
 
 def _empty(text: str) -> str:
     return f'<p class="empty">{esc(text)}</p>'
-
-
-def _write(path: Path, text: str) -> Path:
-    # Write beside the target and rename, so a browser never opens a half-written report.
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
 
 
 def _when(t: float | None) -> str:
@@ -519,7 +511,7 @@ def write_report(path: Path, summary: dict[str, Any], timeline: Timeline,
         >>> with RunReader(run_dir) as r:
         ...     path = write_report(RunDir(run_dir).report, summary, load_timeline(r), explain(summary), cfg)
     """
-    return _write(Path(path), render_report(summary, timeline, answers, config))
+    return atomic_write_text(Path(path), render_report(summary, timeline, answers, config))
 
 
 # -- comparison report -------------------------------------------------------------------------------
@@ -604,4 +596,4 @@ def write_compare_report(path: Path, cmp: Comparison, a_summary: dict[str, Any],
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return _write(path, render_compare_report(cmp, a_summary, b_summary))
+    return atomic_write_text(path, render_compare_report(cmp, a_summary, b_summary))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.analysis.timeline import StepSpan, Timeline, load_timeline
+from stepscope.atomic import atomic_open
 
 MACHINE_PID = 0
 TID_PHASES, TID_STEPS = 1, 2
@@ -146,9 +147,6 @@ def write_trace(path: Path, source: Any, *, max_steps: int = DEFAULT_MAX_STEPS,
         },
     }
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
+    with atomic_open(path, "w") as fh:
         json.dump(doc, fh, separators=(",", ":"), allow_nan=False)
-    tmp.replace(path)
     return path

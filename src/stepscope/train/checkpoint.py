@@ -7,9 +7,6 @@ half-written file (rename within one filesystem is atomic).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +14,7 @@ from typing import Any
 
 import torch
 
+from stepscope.atomic import atomic_open
 from stepscope.errors import ModelError
 
 
@@ -31,17 +29,9 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> CheckpointWrite:
     """Write ``state`` to ``path`` atomically; returns its size and how long it took."""
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    # fsync: after a crash or power loss last.pt is the old checkpoint or the new one, whole.
+    with atomic_open(path, "wb", fsync=True) as fh:
+        torch.save(state, fh)
     return CheckpointWrite(path, path.stat().st_size, time.perf_counter() - t0)
 
 

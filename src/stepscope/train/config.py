@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from stepscope.atomic import atomic_write_text
 from stepscope.errors import StepscopeError
 
 
@@ -148,5 +149,7 @@ def default_run_dir(cfg: TrainConfig, now: _dt.datetime | None = None) -> Path:
     return Path("runs") / f"{cfg.name or cfg.model}-{stamp}"
 
 
-def save_config(cfg: TrainConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+def save_config(cfg: TrainConfig, path: Path, *, header: str = "") -> None:
+    """Write the resolved configuration as YAML (``--config`` reads it back), after an
+    optional comment ``header``."""
+    atomic_write_text(path, header + yaml.safe_dump(cfg.to_dict(), sort_keys=False))

@@ -51,6 +51,7 @@ import torch.distributed as tdist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
+from stepscope.atomic import atomic_write_bytes
 from stepscope.errors import StepscopeError
 from stepscope.observe.monitor import Monitor
 from stepscope.observe.steps import StepTimer
@@ -363,7 +364,7 @@ def collect_rank_stores(dist: Dist, run_dir: Path) -> list[int]:
     if dist.is_primary and gathered is not None:
         for k in ranks:
             if gathered[k] is not None:
-                RunDir(run_dir).rank_db(k).write_bytes(gathered[k])
+                atomic_write_bytes(RunDir(run_dir).rank_db(k), gathered[k])
     return ranks
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
+from stepscope.atomic import atomic_open
 from stepscope.errors import StepscopeError
 from stepscope.observe.monitor import LiveStats, Monitor
 from stepscope.store.rundir import RunDir
@@ -153,13 +154,11 @@ def _apply_memory_controls(cfg: TrainConfig, device: torch.device, progress: Pro
 
 
 def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="") as fh:
+    with atomic_open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=METRICS_FIELDS)
         w.writeheader()
         for row in rows:
             w.writerow({k: row.get(k, "") for k in METRICS_FIELDS})
-    os.replace(tmp, path)
 
 
 def _is_better(metric: str, value: float, best: float | None) -> bool:

@@ -643,9 +643,6 @@ def write_tuned_config(result: TuneResult, base_cfg: TrainConfig, path: Path) ->
     """
     merged = dataclasses.replace(base_cfg, **{k: v for k, v in result.winner.items()
                                               if k in TUNED_KEYS}, resume=None)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_config(merged, path)
     header = f"# written by stepscope tune ({result.elapsed_s:.0f} s on {result.device}): "
-    path.write_text(header + " ".join(result.reason.split()) + "\n" + path.read_text())
+    save_config(merged, Path(path), header=header + " ".join(result.reason.split()) + "\n")
     return merged
