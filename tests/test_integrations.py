@@ -88,3 +88,51 @@ def test_importable_without_any_framework() -> None:
     assert "pip install lightning" in lines[0]
     assert "pip install transformers" in lines[1]
     assert "pip install keras" in lines[2]
+
+
+def _drive(rec: object, *, batches: int, wait_s: float, compute_s: float) -> None:
+    """Call the recorder as a framework's callbacks would: phase, then batch begin/end."""
+    import time
+
+    rec.cb_phase_begin("train", lambda first, last: 8 * (last - first + 1))  # type: ignore[attr-defined]
+    for i in range(batches):
+        time.sleep(wait_s)  # the framework fetching the batch
+        rec.cb_batch_begin(i)  # type: ignore[attr-defined]
+        time.sleep(compute_s)
+        rec.cb_batch_end(i)  # type: ignore[attr-defined]
+    rec.cb_phase_end()  # type: ignore[attr-defined]
+
+
+def test_recording_splits_callback_steps_and_leaves_no_thread(tmp_path: Path) -> None:
+    import threading
+
+    from stepscope._adapter import RunOwner
+    from stepscope.observe.callbacks import ACTIVE
+
+    owner = RunOwner(tmp_path / "run", "test", interval_s=0.2, quiet=True)
+    assert owner.begin()
+    _drive(ACTIVE, batches=8, wait_s=0.06, compute_s=0.01)
+    done = owner.end()
+    assert done is not None and (tmp_path / "run" / "report.html").is_file()
+    (phase,) = done.summary["phases"]
+    assert phase["steps"] == 8 and phase["images"] == 64
+    assert phase["verdict"] == "input-bound" and phase["data_wait_frac"] > 0.7
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("stepscope")]
+
+
+def test_a_run_left_open_is_closed_by_the_next(tmp_path: Path) -> None:
+    from stepscope._adapter import RunOwner
+    from stepscope.observe.callbacks import ACTIVE
+    from stepscope.store.db import RunReader
+
+    crashed = RunOwner(tmp_path / "crashed", "test", quiet=True)
+    assert crashed.begin()
+    _drive(ACTIVE, batches=2, wait_s=0.0, compute_s=0.0)  # ... then fit() raised: no end()
+    nxt = RunOwner(tmp_path / "next", "test", quiet=True)
+    assert nxt.begin()
+    with RunReader(tmp_path / "crashed") as r:
+        assert r.run().status == "failed"
+        assert any("did not report this run's end" in n.text for n in r.notes())
+    _drive(ACTIVE, batches=2, wait_s=0.0, compute_s=0.0)
+    done = nxt.end()
+    assert done is not None and done.summary["phases"][0]["steps"] == 2

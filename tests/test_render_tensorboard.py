@@ -161,3 +161,21 @@ def test_tensorboard_serves_the_scalars(input_bound_run: Path, tmp_path: Path) -
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_watch_writes_tensorboard_at_the_end(tmp_path: Path) -> None:
+    """`watch --tensorboard`: a script without a training loop still gets the system series
+    and the words (which say that no steps were seen)."""
+    script = Path(__file__).parent / "watch_scripts" / "plain_python.py"
+    tb = tmp_path / "tb"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    proc = subprocess.run([sys.executable, "-m", "stepscope", "watch", "--out",
+                           str(tmp_path / "run"), "--interval", "0.2", "--tensorboard", str(tb),
+                           "--", sys.executable, str(script), str(script)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    acc = _load(tb)
+    assert "system/host_cpu_util_pct" in acc.Tags()["scalars"]
+    assert not any(t.startswith("step_") for t in acc.Tags()["scalars"])
+    words = acc.Tensors("explanation/answers")[0].tensor_proto.string_val[0].decode()
+    assert "No training steps were recorded" in words

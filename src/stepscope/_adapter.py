@@ -14,6 +14,8 @@ from typing import Any
 from stepscope.finish import FinishedRun, finish_run
 from stepscope.observe.callbacks import CallbackRecording, recording_active
 
+_CURRENT: list[RunOwner] = []  # the owner that started the recording active in this process
+
 
 class RunOwner:
     """One run directory recorded from one framework's callbacks.
@@ -44,6 +46,14 @@ class RunOwner:
         """Start recording; False (with a warning) when another recording is active here."""
         if self.recording is not None:
             return True
+        stale = _CURRENT[0] if _CURRENT else None
+        if stale is not None and stale is not self and stale.recording is not None:
+            # One training loop runs at a time in a process: a new one starting means the last
+            # one is over. Keras and the HF Trainer do not call back when training raises, so
+            # that run was left open; close it now as failed, so this one can record.
+            stale.note("closed when another training run started in this process: the "
+                       "framework did not report this run's end (it probably raised)")
+            stale.end("failed")
         if recording_active():
             warnings.warn(f"stepscope: another run is being recorded in this process; "
                           f"{self.run_dir} is not recorded", RuntimeWarning, stacklevel=3)
@@ -51,6 +61,7 @@ class RunOwner:
         self.recording = CallbackRecording(self.run_dir, framework=self.framework,
                                            **self._options)
         self.recording.start()
+        _CURRENT[:] = [self]
         return True
 
     def note(self, text: str) -> None:
