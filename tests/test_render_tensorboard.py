@@ -179,3 +179,44 @@ def test_watch_writes_tensorboard_at_the_end(tmp_path: Path) -> None:
     assert not any(t.startswith("step_") for t in acc.Tags()["scalars"])
     words = acc.Tensors("explanation/answers")[0].tensor_proto.string_val[0].decode()
     assert "No training steps were recorded" in words
+
+
+def test_live_follows_the_database_without_duplicates(tmp_path: Path) -> None:
+    """Steps and samples appear in the event file while the run is written, each once; the end
+    adds the per-phase figures and the words to the same file."""
+    from stepscope.store.db import RunWriter
+    from stepscope.store.records import PhaseRecord, RunInfo, StepRecord
+    from stepscope.tblive import LiveTensorBoard
+
+    run, tb = tmp_path / "run", tmp_path / "tb"
+    t0 = time.time() - 5.0
+    w = RunWriter(run, RunInfo(name="live", command="pytest", started=t0))
+    w.put_phase(PhaseRecord(phase_id=0, epoch=1, phase="train", started=t0))
+    live = LiveTensorBoard(run, tb, poll_s=3600).start()  # polled by hand below
+
+    def add(first: int, n: int, t: float) -> None:
+        for i in range(first, first + n):
+            w.add_step(StepRecord(phase_id=0, step=i, t_start=t0 + i * 0.2, wall_s=0.2,
+                                  data_wait_s=0.15, transfer_s=0.0, compute_s=0.05, other_s=0.0,
+                                  images=8))
+            w.add_samples([Sample(t + (i - first) * 0.2, "host", "cpu_util_pct", 50.0)])
+        w.flush()
+
+    add(0, 10, t0)  # samples in seconds 0 and 1 of the run
+    live.poll(settle_s=0.0)
+    assert len(_load(tb).Scalars("step_train/data_wait_ms")) == 10  # there before the end
+    assert len(_load(tb).Scalars("system/host_cpu_util_pct")) == 2
+    add(10, 15, t0 + 5.0)  # samples in seconds 5, 6 and 7 (taken "now", committed later)
+    live.poll(settle_s=0.0)
+    live.poll(settle_s=0.0)  # nothing new: nothing written twice
+    w.close("completed")
+    done = finish_run(run, live=live)
+    assert done.tensorboard == tb
+    assert len(list(tb.glob("events.out.tfevents.*"))) == 1
+    acc = _load(tb)
+    waits = acc.Scalars("step_train/data_wait_ms")
+    assert [e.step for e in waits] == list(range(25))
+    cpu = acc.Scalars("system/host_cpu_util_pct")
+    assert len({e.step for e in cpu}) == len(cpu) == 5  # 25 samples 0.2 s apart: 5 seconds
+    assert acc.Scalars("phase_train/data_wait_share")[0].step == 1
+    assert "explanation/answers" in acc.Tags()["tensors"]

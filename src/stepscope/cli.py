@@ -36,6 +36,17 @@ err_console = Console(stderr=True, highlight=False)
 Opt = typer.Option
 
 
+def _live_tensorboard(run_dir: Path, tensorboard: Path | None) -> Any:
+    """Follow the run into TensorBoard files while it records (None without --tensorboard)."""
+    if tensorboard is None:
+        return None
+    from stepscope.tblive import LiveTensorBoard
+
+    err_console.print(f"stepscope: TensorBoard files in {tensorboard}, written as the run goes "
+                      f"(tensorboard --logdir {tensorboard})")
+    return LiveTensorBoard(run_dir, tensorboard).start()
+
+
 def _print_version(value: bool) -> None:
     if value:
         from stepscope import __version__
@@ -53,13 +64,13 @@ def _root(
 
 
 def _finish_run(run_dir: Path, *, show: bool = True, as_json: bool = False,
-                tensorboard: Path | None = None) -> dict[str, Any]:
+                tensorboard: Path | None = None, live: Any = None) -> dict[str, Any]:
     """Analyse a recorded run, write summary.json and report.html (and TensorBoard event files
     into ``tensorboard``), print the verdicts."""
     from stepscope.finish import finish_run
     from stepscope.render import terminal
 
-    done = finish_run(run_dir, tensorboard=tensorboard)
+    done = finish_run(run_dir, tensorboard=tensorboard, live=live)
     if tensorboard is not None:
         err_console.print(f"tensorboard: {tensorboard}  (tensorboard --logdir {tensorboard})")
     if as_json:
@@ -129,7 +140,7 @@ def train(
     resume: Annotated[Path | None, Opt(help="Continue RUN_DIR from its last.pt.")] = None,
     max_steps: Annotated[int | None, Opt(help="Stop each phase after N steps (smoke tests).")] = None,
     config: Annotated[Path | None, Opt(help="YAML config (e.g. a run's config.yaml or tune's output); flags override it.")] = None,
-    tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard event files (steps, phases, system series, findings, explanation) to this folder, at the end of the run.")] = None,
+    tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard event files to this folder: steps and system series as the run goes, per-phase figures, findings and explanation at its end.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print summary.json at the end instead of tables.")] = False,
     nproc: Annotated[int | None, Opt(help="Run N DDP ranks on this machine under torchrun, e.g. --nproc 2.")] = None,
 ) -> None:
@@ -146,11 +157,26 @@ def train(
 
         raise typer.Exit(launch_local(nproc, without_flag(sys.argv[1:], "--nproc")))
     cfg = _resolve_train_flags(dict(locals()))
-    result = run_training(cfg, TrainProgress(console))
+    live = None
+    if tensorboard is not None and cfg.monitor and os.environ.get("RANK", "0") == "0":
+        import dataclasses
+
+        from stepscope.train.config import default_run_dir
+
+        # Fix the run directory now (its default name holds the time) so the follower and
+        # the trainer agree on it.
+        cfg = dataclasses.replace(cfg, out=str(default_run_dir(cfg)))
+        live = _live_tensorboard(Path(cfg.resume or cfg.out), tensorboard)
+    try:
+        result = run_training(cfg, TrainProgress(console))
+    except BaseException:
+        if live is not None:
+            live.stop()
+        raise
     if result.rank != 0:  # under torchrun only rank 0 analyses (all ranks' stores) and prints
         return
     if cfg.monitor:
-        _finish_run(result.run_dir, as_json=as_json, tensorboard=tensorboard)
+        _finish_run(result.run_dir, as_json=as_json, tensorboard=tensorboard, live=live)
     console.print(f"run directory: {result.run_dir}")
 
 
@@ -336,7 +362,7 @@ def watch(
     out: Annotated[Path | None, Opt(help="Run directory. [default: runs/watch-<time>]")] = None,
     interval: Annotated[float, Opt(help="Sampling period in seconds (0.1–60).")] = 1.0,
     no_preallocate: Annotated[bool, Opt("--no-preallocate", help="Make TensorFlow/JAX allocate GPU memory as needed (TF_FORCE_GPU_ALLOW_GROWTH=true, XLA_PYTHON_CLIENT_PREALLOCATE=false), so their real need shows.")] = False,
-    tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard event files (steps, phases, system series, findings, explanation) to this folder, at the end of the run.")] = None,
+    tensorboard: Annotated[Path | None, Opt(help="Also write TensorBoard event files to this folder: steps and system series as the run goes, per-phase figures, findings and explanation at its end.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print summary.json at the end instead of tables.")] = False,
     phase_hint: Annotated[str, Opt("--phase-hint", help="How plain PyTorch loops are split into train/val: auto (a step with an optimizer step or backward is training), mode (model.train()/eval()), grad (torch.no_grad() is validation), for optimizers torch's hooks cannot see.")] = "auto",
 ) -> None:
@@ -352,10 +378,18 @@ def watch(
         raise StepscopeError("nothing to watch: give the command after --, e.g. "
                              "stepscope watch -- python train.py")
     run_dir = out or Path("runs") / f"watch-{time.strftime('%Y%m%d-%H%M%S')}"
-    result = run_watch(list(cmd), run_dir, interval_s=interval, no_preallocate=no_preallocate,
-                       phase_hint=phase_hint, on_start=lambda pid: err_console.print(f"stepscope: watching pid {pid}, recording to {run_dir}"))
+    live = _live_tensorboard(run_dir, tensorboard)
+    try:
+        result = run_watch(list(cmd), run_dir, interval_s=interval, no_preallocate=no_preallocate,
+                           phase_hint=phase_hint, on_start=lambda pid: err_console.print(f"stepscope: watching pid {pid}, recording to {run_dir}"))
+    except BaseException:
+        if live is not None:
+            live.stop()
+        raise
     if RunDir(run_dir).has_store():
-        _finish_run(run_dir, as_json=as_json, tensorboard=tensorboard)
+        _finish_run(run_dir, as_json=as_json, tensorboard=tensorboard, live=live)
+    elif live is not None:
+        live.stop()
     raise typer.Exit(result.exit_code)
 
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscope.analysis.explain import Answer
+
+if TYPE_CHECKING:
+    from stepscope.tblive import LiveTensorBoard
 
 
 @dataclass(frozen=True)
@@ -25,12 +28,15 @@ class FinishedRun:
     tensorboard: Path | None = None
 
 
-def finish_run(run_dir: Path, *, tensorboard: Path | None = None) -> FinishedRun:
+def finish_run(run_dir: Path, *, tensorboard: Path | None = None,
+               live: LiveTensorBoard | None = None) -> FinishedRun:
     """Analyse a recorded run and write its summary and report (and TensorBoard files).
 
     Args:
         run_dir: the run directory (holds ``run.db``).
         tensorboard: also write TensorBoard event files into this folder.
+        live: the TensorBoard follower that wrote the run's steps and samples while it ran;
+            it gets the end-of-run figures and words instead of a new export.
 
     Returns:
         The summary dict (``summary.json``), the answers and the paths written.
@@ -54,7 +60,9 @@ def finish_run(run_dir: Path, *, tensorboard: Path | None = None) -> FinishedRun
         timeline = load_timeline(reader)
         config = reader.run().config
     report = html.write_report(RunDir(run_dir).report, result, timeline, answers, config)
-    if tensorboard is not None:
+    if live is not None:
+        tensorboard = live.finish(result, answers)
+    elif tensorboard is not None:
         from stepscope.render.tensorboard import write_tensorboard
 
         write_tensorboard(tensorboard, result, timeline, answers)

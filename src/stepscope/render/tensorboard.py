@@ -1,9 +1,9 @@
 """TensorBoard export: a run's steps, phases, system series and words as event files.
 
 People already look at their runs in TensorBoard; this puts stepscope's figures beside their loss
-curves. It is written from the stored run (the same summary, timeline and answers the HTML
-report draws), so a file exported after the run and one exported by ``train``/``watch`` at its end
-hold the same numbers.
+curves. ``write_tensorboard`` exports a stored run at once (the same summary, timeline and
+answers the HTML report draws); under ``train``/``watch`` the follower in ``stepscope.tblive``
+appends steps and samples as the run goes with the same writers and adds the rest at its end.
 
 Only TensorBoard's own pure-Python pieces are used: its protobuf messages and its
 ``RecordWriter`` (the TFRecord framing) over a plain file. Its ``EventFileWriter`` (and so
@@ -75,7 +75,10 @@ _PHASE_SHARES = (("data_wait_frac", "data_wait_share"), ("transfer_frac", "copy_
                  ("compute_frac", "compute_share"), ("other_frac", "other_share"))
 
 
-class _Events:
+_SERIAL = [0]  # event files written by this process, so two never share a name
+
+
+class EventWriter:
     """Scalar and text events into one event file (TensorBoard's own writer and messages)."""
 
     def __init__(self, log_dir: Path) -> None:
@@ -85,8 +88,10 @@ class _Events:
         self._pb = summary_pb2
         self._event_pb = event_pb2
         # TensorBoard finds event files by this name pattern; the suffix says who wrote it.
+        _SERIAL[0] += 1
         name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
-                f"{os.getpid()}.stepscope")
+                f"{os.getpid()}.{_SERIAL[0]}.stepscope")
+        log_dir.mkdir(parents=True, exist_ok=True)
         self.path = log_dir / name
         self._writer = RecordWriter(open(self.path, "wb"))  # noqa: SIM115 (closed in close())
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
@@ -114,31 +119,43 @@ class _Events:
     def _write(self, event: Any) -> None:
         self._writer.write(event.SerializeToString())
 
+    def flush(self) -> None:
+        """Make what was written visible to a running ``tensorboard``."""
+        self._writer.flush()
+
     def close(self) -> None:
         self._writer.close()
 
 
 # -- what is written ------------------------------------------------------------------------------
-def _step_events(ev: _Events, timeline: Timeline) -> int:
+def write_step(ev: EventWriter, kind: str, index: int, parts_s: Sequence[float], images: int,
+               wall_s: float, t_end: float, count: int = 1) -> None:
+    """One step's point (or the mean step of ``count`` merged steps) under ``step_<kind>/``.
+
+    ``parts_s`` are the summed data wait, copy, compute and other seconds, in that order.
+    """
+    n = max(count, 1)
+    for (_, name), value in zip(_STEP_PARTS, parts_s, strict=True):
+        ev.scalar(f"step_{kind}/{name}", value / n * 1000.0, index, t_end)
+    if wall_s > 0 and images:
+        ev.scalar(f"step_{kind}/images_per_s", images / wall_s, index, t_end)
+
+
+def _step_events(ev: EventWriter, timeline: Timeline) -> int:
     """Per-step scalars from the timeline's step spans; returns how many points were written."""
     kinds = {p.phase_id: p.phase for p in timeline.phases}
     counters: dict[str, int] = {}
-    written = 0
     for span in timeline.step_spans:
         kind = kinds.get(span.phase_id, "train")
         step = counters.get(kind, 0) + span.count - 1
         counters[kind] = step + 1
-        n = max(span.count, 1)
-        for attr, name in _STEP_PARTS:
-            ev.scalar(f"step_{kind}/{name}", getattr(span, attr) / n * 1000.0, step, span.t_end)
-        wall = span.t_end - span.t_start
-        if wall > 0 and span.images:
-            ev.scalar(f"step_{kind}/images_per_s", span.images / wall, step, span.t_end)
-        written += 1
-    return written
+        write_step(ev, kind, step, (span.data_wait_s, span.transfer_s, span.compute_s,
+                                    span.other_s), span.images, span.t_end - span.t_start,
+                   span.t_end, span.count)
+    return len(timeline.step_spans)
 
 
-def _phase_events(ev: _Events, phases: Iterable[dict[str, Any]]) -> None:
+def write_phases(ev: EventWriter, phases: Iterable[dict[str, Any]]) -> None:
     for p in phases:
         kind, epoch, t = p.get("phase"), int(p.get("epoch") or 0), p.get("ended") or time.time()
         values: dict[str, float | None] = {name: p.get(key) for key, name in _PHASE_SHARES}
@@ -168,14 +185,21 @@ def _per_second(series: Series, t0: float, scale: float) -> list[tuple[int, floa
     return [(s, row[0] / row[2], row[1] / row[2] * scale) for s, row in sorted(acc.items())]
 
 
-def _sampled_events(ev: _Events, timeline: Timeline) -> list[str]:
-    """System series; returns the tags written."""
-    wanted = [(t.source, t.metric, t.tag, t.scale) for t in SAMPLED_TAGS]
-    for gpu in timeline.sources("util_pct", prefix="gpu"):
+def sampled_tags(gpu_sources: Iterable[str]) -> list[SeriesTag]:
+    """The sampled series exported, given the GPU sources present (``gpu0`` ...)."""
+    wanted = list(SAMPLED_TAGS)
+    for gpu in gpu_sources:
         if ":" not in gpu:  # gpu0, not gpu0:proc:123
-            wanted += [(gpu, metric, tag.format(gpu=gpu), scale) for metric, tag, scale in GPU_TAGS]
+            wanted += [SeriesTag(gpu, metric, tag.format(gpu=gpu), scale)
+                       for metric, tag, scale in GPU_TAGS]
+    return wanted
+
+
+def _sampled_events(ev: EventWriter, timeline: Timeline) -> list[str]:
+    """System series; returns the tags written."""
     tags = []
-    for source, metric, tag, scale in wanted:
+    for st in sampled_tags(timeline.sources("util_pct", prefix="gpu")):
+        source, metric, tag, scale = st.source, st.metric, st.tag, st.scale
         series = timeline.get(source, metric)
         if series is None or not series.t:
             continue
@@ -231,6 +255,15 @@ def run_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) or "(no run information)"
 
 
+def write_texts(ev: EventWriter, summary: dict[str, Any], answers: Sequence[AnswerLike],
+                t_end: float) -> None:
+    """The run, the verdict table, the findings and the explanation as text summaries."""
+    ev.text("run/summary", run_markdown(summary), t_end)
+    ev.text("verdicts/phases", verdicts_markdown(list(summary.get("phases") or [])), t_end)
+    ev.text("findings/all", findings_markdown(summary.get("findings") or []), t_end)
+    ev.text("explanation/answers", answers_markdown(answers), t_end)
+
+
 # -- public API -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TensorBoardExport:
@@ -263,17 +296,13 @@ def write_tensorboard(log_dir: Path, summary: dict[str, Any], timeline: Timeline
     """
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    ev = _Events(log_dir)
+    ev = EventWriter(log_dir)
     try:
         steps = _step_events(ev, timeline)
         phases = list(summary.get("phases") or [])
-        _phase_events(ev, phases)
+        write_phases(ev, phases)
         tags = _sampled_events(ev, timeline)
-        t_end = timeline.t1 or time.time()
-        ev.text("run/summary", run_markdown(summary), t_end)
-        ev.text("verdicts/phases", verdicts_markdown(phases), t_end)
-        ev.text("findings/all", findings_markdown(summary.get("findings") or []), t_end)
-        ev.text("explanation/answers", answers_markdown(answers), t_end)
+        write_texts(ev, summary, answers, timeline.t1 or time.time())
     finally:
         ev.close()
     return TensorBoardExport(log_dir, ev.path, steps, len(phases), tuple(tags))

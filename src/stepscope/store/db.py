@@ -341,6 +341,18 @@ class RunReader:
             out.append(StepRecord(**d))
         return out
 
+    def steps_after(self, rowid: int, limit: int = 10_000) -> list[tuple[int, StepRecord]]:
+        """Steps stored after row ``rowid``, with their row ids, oldest first (for live
+        readers that poll: pass the last row id seen)."""
+        sql = (f"SELECT rowid, {','.join(_STEP_COLS)} FROM steps WHERE rowid > ? "
+               "ORDER BY rowid LIMIT ?")
+        out = []
+        for r in self._con.execute(sql, (rowid, limit)):
+            d = dict(zip(_STEP_COLS, r[1:], strict=True))
+            d["warmup"] = bool(d["warmup"])
+            out.append((int(r[0]), StepRecord(**d)))
+        return out
+
     def iter_steps(self) -> Iterator[StepRecord]:
         for r in self._con.execute(f"SELECT {','.join(_STEP_COLS)} FROM steps ORDER BY t_start"):
             d = dict(zip(_STEP_COLS, r, strict=True))
