@@ -5,14 +5,15 @@ Every figure is images per second, from one phase's measurements (docs/input-cau
 - ``consume``  what the model would take with data always ready: images over the steady
   steps' time outside the data wait (copy + compute + the rest of the loop).
 - ``loader``   what the loaders supply: ``per_worker × workers`` where a loader's rate is items
-  over its time inside fetches (``observe/stages.py``), bounded by the CPU the job has left
-  for loading: ``spare_cores / cpu_per_image``. ``spare_cores`` is the cores this job may use
-  (affinity and cgroup quota, never the host's) minus what the training process spends
-  computing.
+  over its time inside fetches (``observe/stages.py``).
+- ``cpu``      what the job's cores can run at all: ``job_cores / (model CPU + loading CPU per
+  image)``. The cores are those this job may use (affinity and cgroup quota, never the
+  host's); the model's CPU per image is the training process's CPU outside its data waits,
+  the loading CPU per image is the loaders' own (read from the loading threads).
 - ``storage``  with a cold cache, items over the time the loaders were blocked (off-CPU and not
   runnable: disk), per loader; None when the page cache served the reads.
 
-A fix's predicted speed-up is today's time per image over ``max(1/consume, 1/loader')``
+A fix's predicted speed-up is today's time per image over ``max(1/consume, 1/loader', 1/cpu)``
 where ``loader'`` is the capacity after the change (more workers, work moved off the main
 process, a worker pool kept across phases). It is a model, so the tool also says how sure it
 is, and ``compare``/``tune`` put it beside what the rerun achieved.
@@ -27,7 +28,6 @@ from typing import Any
 # Headroom asked of the loaders over what the model consumes: steps vary, and a queue that is
 # only just fed still stalls on every slow batch.
 HEADROOM = 1.15
-MAX_WORKERS_PER_CORE_BLOCKED = 8  # loaders that mostly sleep on latency share a core this far
 MIN_GAIN = 1.10  # below this a change is within the noise of a shared machine
 MIN_STEADY_BATCHES = 3
 
@@ -110,6 +110,8 @@ class Capacity:
     job_cores: float | None
     compute_cores: float | None
     spare_cores: float | None
+    model_cpu_s_per_image: float | None
+    cpu_images_per_s: float | None
     binding: str | None
     stage_ms_per_image: dict[str, float] = field(default_factory=dict)
 
@@ -123,14 +125,15 @@ def job_cores(affinity: float | None, quota: float | None) -> float | None:
     return min(vals) if vals else None
 
 
-def _compute_cores(phase: dict[str, Any], lf: LoaderFigures) -> float | None:
-    """Cores the training process keeps busy while not waiting for data (its compute)."""
+def _model_cpu(phase: dict[str, Any], lf: LoaderFigures) -> tuple[float | None, float | None]:
+    """(cores the training process keeps busy outside its data waits, its CPU s per image)."""
     main_pct, seconds = phase.get("main_cpu_pct"), phase.get("seconds") or 0.0
+    images = phase.get("images") or 0
     busy_s = seconds - lf.wait_s
-    if main_pct is None or busy_s <= 0:
-        return None
-    main_cpu_s = main_pct / 100.0 * seconds - lf.wait_cpu_s
-    return max(0.0, main_cpu_s / busy_s)
+    if main_pct is None or busy_s <= 0 or not images:
+        return None, None
+    main_cpu_s = max(0.0, main_pct / 100.0 * seconds - lf.wait_cpu_s)
+    return main_cpu_s / busy_s, main_cpu_s / images
 
 
 def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None,
@@ -140,23 +143,24 @@ def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None
     if not step_ms or wait_ms is None or lf.items <= 0 or lf.fetch_s <= 0:
         return None
     rest_ms = max(step_ms - wait_ms, 1e-6)
-    per_loader = lf.items / lf.fetch_s if lf.fetch_s > 0 else None
+    per_loader = lf.items / lf.fetch_s
     cpu_per_image = lf.fetch_cpu_s / lf.items
-    compute = _compute_cores(phase, lf)
+    compute, model_cpu = _model_cpu(phase, lf)
     spare = None if cores is None else max(0.0, cores - (compute if compute is not None else 1.0))
+    cpu_rate = None
+    if cores is not None and model_cpu is not None and model_cpu + cpu_per_image > 0:
+        cpu_rate = cores / (model_cpu + cpu_per_image)
     loaders = max(lf.workers, 1)
-    loader = None if per_loader is None else per_loader * loaders
-    if loader is not None and lf.workers > 0 and spare is not None and cpu_per_image > 0:
-        loader = min(loader, max(spare, 1e-6) / cpu_per_image)
     storage = None
     if cold and lf.blocked_s > 0:
         storage = lf.items / lf.blocked_s * loaders
     cap = Capacity(
         now_images_per_s=1000.0 / step_ms, consume_images_per_s=1000.0 / rest_ms,
-        per_loader_images_per_s=per_loader, loader_images_per_s=loader,
+        per_loader_images_per_s=per_loader, loader_images_per_s=per_loader * loaders,
         storage_images_per_s=storage, cpu_s_per_image=cpu_per_image,
         runq_s_per_image=lf.fetch_runq_s / lf.items, job_cores=cores,
-        compute_cores=compute, spare_cores=spare, binding=None,
+        compute_cores=compute, spare_cores=spare, model_cpu_s_per_image=model_cpu,
+        cpu_images_per_s=cpu_rate, binding=None,
         stage_ms_per_image={k: v / lf.items * 1000.0 for k, v in lf.stage_s.items()},
     )
     cap.binding = _binding(cap, lf)
@@ -166,17 +170,14 @@ def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None
 def _binding(cap: Capacity, lf: LoaderFigures) -> str:
     """The stage with the least capacity (inline loading is serial with the model)."""
     rates: dict[str, float] = {}
-    if cap.consume_images_per_s is not None:
-        rates["compute"] = cap.consume_images_per_s
-    if cap.loader_images_per_s is not None:
-        rates["loader"] = cap.loader_images_per_s
-    if cap.storage_images_per_s is not None:
-        rates["storage"] = cap.storage_images_per_s
-    if lf.workers == 0 and "loader" in rates:
-        # Loading inline adds to every step instead of overlapping it: whichever takes longer
-        # per image binds, but both are paid.
-        return "storage" if rates.get("storage", math.inf) < rates["loader"] else (
-            "loader" if rates["loader"] < rates.get("compute", math.inf) else "compute")
+    for name, rate in (("compute", cap.consume_images_per_s), ("loader", cap.loader_images_per_s),
+                       ("storage", cap.storage_images_per_s), ("cpu", cap.cpu_images_per_s)):
+        if rate is not None:
+            rates[name] = rate
+    if lf.workers == 0:
+        # Loading inline adds to every step instead of overlapping it: the loader binds when
+        # it takes longer per image than the model, and the job's cores are not yet the limit.
+        rates.pop("cpu", None)
     return min(rates, key=rates.__getitem__)
 
 
@@ -194,12 +195,12 @@ class Prediction:
 
 
 def _loader_rate_with(cap: Capacity, lf: LoaderFigures, workers: int) -> float | None:
-    """Loader capacity with ``workers`` processes, bounded by the spare cores' CPU."""
+    """Loader capacity with ``workers`` processes, bounded by what the job's cores can run."""
     if cap.per_loader_images_per_s is None:
         return None
     rate = cap.per_loader_images_per_s * workers
-    if cap.spare_cores is not None and cap.cpu_s_per_image:
-        rate = min(rate, max(cap.spare_cores, 1e-6) / cap.cpu_s_per_image)
+    if cap.cpu_images_per_s is not None:
+        rate = min(rate, cap.cpu_images_per_s)
     if cap.storage_images_per_s is not None:
         rate = min(rate, cap.storage_images_per_s / max(lf.workers, 1) * workers)
     return rate
@@ -218,27 +219,21 @@ def predict_workers(cap: Capacity, lf: LoaderFigures, workers: int) -> Predictio
     per_image = max(1.0 / cap.consume_images_per_s + main_work, 1.0 / rate)
     new = 1.0 / per_image
     basis = (f"loader {cap.per_loader_images_per_s:.0f} img/s per worker × {workers}"
-             + (f", bounded by {cap.spare_cores:.1f} spare cores at "
-                f"{cap.cpu_s_per_image * 1000:.1f} ms CPU per image"
-                if cap.spare_cores is not None and cap.cpu_s_per_image else "")
+             + (f", the job's {cap.job_cores:g} cores run at most {cap.cpu_images_per_s:.0f} "
+                "img/s" if cap.cpu_images_per_s is not None and cap.job_cores else "")
              + f"; the model consumes {cap.consume_images_per_s:.0f} img/s")
     return Prediction(f"num_workers={workers}", new, new / cap.now_images_per_s, basis)
 
 
 def workers_target(cap: Capacity, lf: LoaderFigures) -> int | None:
-    """Fewest workers whose capacity covers what the model consumes (with headroom), never
-    more than the job's spare cores can run; None when no worker count would gain."""
+    """Fewest workers whose capacity covers what can be consumed (with headroom): the model's
+    rate, or less when the job's cores cannot run that much; None when no count would gain."""
     if cap.per_loader_images_per_s is None or cap.consume_images_per_s is None:
         return None
-    need = math.ceil(HEADROOM * cap.consume_images_per_s / cap.per_loader_images_per_s)
-    if cap.spare_cores is not None and cap.cpu_s_per_image:
-        # A loader on a CPU a fraction f of its time takes f of a core. Time spent runnable but
-        # waiting for a core is not counted: on a shared host that is other jobs' load, not
-        # work this job's own cores would have to run (the evidence names it separately).
-        cpu_frac = min(1.0, cap.cpu_s_per_image * cap.per_loader_images_per_s)
-        fit = int(max(cap.spare_cores, 0.0) / max(cpu_frac, 1 / MAX_WORKERS_PER_CORE_BLOCKED))
-        need = min(need, max(fit, 1))
-    target = max(need, 1)
+    goal = cap.consume_images_per_s
+    if cap.cpu_images_per_s is not None:
+        goal = min(goal, cap.cpu_images_per_s)
+    target = max(1, math.ceil(HEADROOM * goal / cap.per_loader_images_per_s))
     if target <= lf.workers:
         return None
     best = predict_workers(cap, lf, target)
@@ -268,8 +263,9 @@ def predict_without_stage(cap: Capacity, lf: LoaderFigures, stage: str) -> Predi
     left = max(per_loader_ms - ms, 1e-3)
     scale = per_loader_ms / left
     rate = cap.per_loader_images_per_s * scale * max(lf.workers, 1)
-    if cap.spare_cores is not None and cap.cpu_s_per_image and lf.workers > 0:
-        rate = min(rate, max(cap.spare_cores, 1e-6) / cap.cpu_s_per_image * scale)
+    if cap.job_cores and cap.model_cpu_s_per_image is not None and lf.workers > 0:
+        cpu_left = max((cap.cpu_s_per_image or 0.0) - ms / 1000.0, 0.0)
+        rate = min(rate, cap.job_cores / max(cap.model_cpu_s_per_image + cpu_left, 1e-6))
     if lf.workers == 0:
         per_image = 1.0 / cap.consume_images_per_s + left / 1000.0
     else:

@@ -118,11 +118,14 @@ def _item_stages(lf: LoaderFigures) -> float:
 
 
 def _cores_line(cap: Capacity) -> str:
-    compute = "-" if cap.compute_cores is None else f"{cap.compute_cores:.1f}"
-    spare = "-" if cap.spare_cores is None else f"{cap.spare_cores:.1f}"
     cores = "-" if cap.job_cores is None else f"{cap.job_cores:g}"
-    return (f"this job may use {cores} cores (affinity, cgroup quota); the training process "
-            f"computes on {compute}, leaving {spare} for loading")
+    if cap.cpu_images_per_s is None or cap.model_cpu_s_per_image is None:
+        return f"this job may use {cores} cores (affinity, cgroup quota)"
+    return (f"this job may use {cores} cores (affinity, cgroup quota): at "
+            f"{cap.model_cpu_s_per_image * 1000:.1f} ms of model CPU and "
+            f"{(cap.cpu_s_per_image or 0.0) * 1000:.1f} ms of loading CPU per image they run at "
+            f"most {cap.cpu_images_per_s:.0f} img/s; the phase ran at "
+            f"{cap.now_images_per_s:.0f} img/s")
 
 
 def _capacity_line(cap: Capacity, lf: LoaderFigures) -> str:

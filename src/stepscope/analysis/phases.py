@@ -28,6 +28,8 @@ from stepscope.analysis.verdicts import (
 )
 from stepscope.store.records import PhaseRecord, ProcessInfo, StepRecord
 
+# As observe/stages.py: a wait over 1 ms means the step found no batch ready.
+NOT_READY_S = 0.001
 OUTLIER_FACTOR = 10.0
 OUTLIER_MAX_FRAC = 0.05
 OUTLIER_MIN_STEPS = 10
@@ -250,7 +252,7 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
     ev, loader_ms = _input_evidence(ph, ctx, t0, t1, images)
     fields = split_fields(split)
     verdict = _phase_verdict(split, steady, fields)
-    lf = loader_figures(ctx.stages.get(ph.phase_id))
+    lf = loader_figures(_with_step_waits(ctx.stages.get(ph.phase_id), steps))
     main_cpu = ev.main_cpu_pct
     cap = None if lf is None else build_capacity(
         {**fields, "main_cpu_pct": main_cpu, "seconds": seconds}, lf, ctx.cores, is_cold(ev))
@@ -288,6 +290,15 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
         "predictions": [] if lf is None or cap is None else predictions(
             lf, cap, {"seconds": seconds, "images": images, "repeat": repeat}),
     }
+
+
+def _with_step_waits(fact: Any, steps: list[StepRecord]) -> Any:
+    """``watch`` records the waits as steps only: fill the loop-side figures from them."""
+    if not isinstance(fact, dict) or "waits" in fact or not steps:
+        return fact
+    waits = [s.data_wait_s for s in steps]
+    return {**fact, "waits": len(waits), "wait_s": sum(waits), "first_wait_s": waits[0],
+            "not_ready_steps": sum(1 for w in waits if w > NOT_READY_S)}
 
 
 def _loader_fields(lf: LoaderFigures | None, cap: Capacity | None, seconds: float

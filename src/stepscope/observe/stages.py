@@ -6,6 +6,7 @@ library there; the Monitor and the trainer use it under this name.
 
 from stepscope.observe.inject.stepscope_watch_stages import (
     ENV_DIR,
+    SEQ_FACT_PREFIX,
     STAGES,
     BatchTimer,
     LoaderProbe,
@@ -18,5 +19,5 @@ from stepscope.observe.inject.stepscope_watch_stages import (
     timed,
 )
 
-__all__ = ["ENV_DIR", "STAGES", "BatchTimer", "LoaderProbe", "ProcessStages", "Stage", "add_bytes",
+__all__ = ["ENV_DIR", "SEQ_FACT_PREFIX", "STAGES", "BatchTimer", "LoaderProbe", "ProcessStages", "Stage", "add_bytes",
            "install_loaded", "phase_stages", "read_boards", "timed"]

@@ -45,8 +45,11 @@ from stepscope.observe.sampling import (
     phase_io_totals,
     phase_resident_frac,
 )
+from stepscope.observe.stages import ENV_DIR as STAGES_ENV
+from stepscope.observe.stages import SEQ_FACT_PREFIX as STAGES_SEQ_PREFIX
 from stepscope.store.db import RunWriter
 from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
+from stepscope.store.rundir import RunDir
 
 INJECT_DIR = Path(__file__).with_name("inject")
 FD_VAR = "STEPSCOPE_WATCH_FD"
@@ -201,7 +204,10 @@ class RecordSink:
         ))
 
     def _fact(self, m: list[Any]) -> None:
-        self._writer.fact(str(m[1]), m[2], str(m[3]))
+        key = str(m[1])
+        if key.startswith(STAGES_SEQ_PREFIX):  # the child numbers phases; the store has ids
+            key = f"stages.phase.{self._phase_base + int(key[len(STAGES_SEQ_PREFIX):])}"
+        self._writer.fact(key, m[2], str(m[3]))
 
     def _note(self, m: list[Any]) -> None:
         self._writer.note(str(m[1]), str(m[2]))
@@ -423,10 +429,15 @@ def watch(
     notes = _start_facts(writer, no_preallocate)
     cpu0 = time.process_time()
     read_fd, write_fd = os.pipe()
+    # The child's loaders (and their workers, forked or spawned) keep stage counters here.
+    stages_dir = RunDir(run_dir).stages / "watch"
+    with contextlib.suppress(OSError):
+        stages_dir.mkdir(parents=True, exist_ok=True)
+    env = child_env(os.environ, write_fd, no_preallocate=no_preallocate, phase_hint=phase_hint)
+    env[STAGES_ENV] = str(stages_dir)
     try:
         proc = subprocess.Popen(
-            argv, env=child_env(os.environ, write_fd, no_preallocate=no_preallocate,
-                                phase_hint=phase_hint),
+            argv, env=env,
             pass_fds=(write_fd,), start_new_session=True,
         )
     except OSError as exc:
@@ -449,6 +460,7 @@ def watch(
         for text in notes:
             writer.note("watch", text)
         writer.close(status, code)
+        shutil.rmtree(stages_dir.parent, ignore_errors=True)
     return WatchResult(exit_code=code, status=status, run_dir=run_dir, notes=notes)
 
 

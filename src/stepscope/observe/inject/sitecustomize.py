@@ -41,6 +41,7 @@ def _install(fd_text: str) -> None:
     import stepscope_watch_lightning
     import stepscope_watch_loop
     import stepscope_watch_recorder as recorder
+    import stepscope_watch_stages as stages
     import stepscope_watch_torch
 
     fd = int(fd_text)
@@ -48,6 +49,7 @@ def _install(fd_text: str) -> None:
     # forked ones still inherit it, and the channel keeps them from writing.
     os.set_inheritable(fd, False)
     rec = recorder.create_recorder(fd)
+    rec.stages = stages.WatchPhases()
 
     def on_error(name: str, exc: BaseException) -> None:
         rec.note("watch", f"hooks for {name} not installed: {type(exc).__name__}: {exc}")
@@ -58,6 +60,7 @@ def _install(fd_text: str) -> None:
     def torch_hook(module: object) -> None:
         imported("torch")
         stepscope_watch_torch.install(module, rec, recorder.count_images, stepscope_watch_loop)
+        stages.install_torch(module)
 
     def keras_hook(module: object) -> None:
         imported("keras")
@@ -73,6 +76,10 @@ def _install(fd_text: str) -> None:
         "pytorch_lightning": lightning_hook,
         "tensorflow": lambda m: imported("tensorflow"),
         "jax": lambda m: imported("jax"),
+        # Loader stages inside the training process and its forked workers.
+        "PIL.Image": stages.install_pil,
+        "cv2": stages.install_cv2,
+        "torchvision": stages.install_torchvision,
     }
     imports.PostImportFinder(hooks, on_error).install()
 

@@ -130,6 +130,9 @@ class Recorder:
         self._warm_phases: set[str] = set()
         self.open_phases: list[PhaseState] = []
         self.step: OpenStep | None = None
+        # Loader stage counters (stepscope_watch_stages.WatchPhases), set by sitecustomize.
+        self.stages: Any = None
+        self._phase_workers: dict[int, int | None] = {}
         self.framework_depth = 0  # > 0 inside Keras/Lightning loops: their callbacks time steps
         self.last_mode_eval = False  # the last outermost nn.Module.train(mode) call had mode False
         self.train_depth = 0
@@ -191,6 +194,9 @@ class Recorder:
         self._seq += 1
         self.open_phases.append(ph)
         self.send(["P", ph.seq, epoch, phase, self.unix(t), workers], urgent=True)
+        if self.stages is not None:
+            self.stages.begin(ph.seq)
+            self._phase_workers[ph.seq] = workers
         return ph
 
     def end_phase(self, ph: PhaseState, t: float) -> None:
@@ -201,6 +207,10 @@ class Recorder:
         ph.ended = True
         if ph in self.open_phases:
             self.open_phases.remove(ph)
+        if self.stages is not None:
+            found = self.stages.end(ph.seq, self._phase_workers.pop(ph.seq, None))
+            if found is not None:
+                self.fact(f"stages.seq.{ph.seq}", found, "loader stage counters over the phase")
         self.send(["E", ph.seq, self.unix(t), ph.steps, ph.images], urgent=True)
 
     # -- steps ---------------------------------------------------------------------------------

@@ -373,6 +373,35 @@ class LoaderProbe:
         return out
 
 
+SEQ_FACT_PREFIX = "stages.seq."  # watch: the child's phase number; the parent maps it to an id
+
+
+class WatchPhases:
+    """``watch``'s side of the probe: counters read when the child's recorder opens a phase
+    (after its first step: ``watch`` opens phases once a step is classified, so the first
+    batch's one-off costs fall before the reading) and when it closes it."""
+
+    def __init__(self) -> None:
+        folder = os.environ.get(ENV_DIR)
+        self.folder = Path(folder) if folder else None
+        self._open: dict[int, dict[int, ProcessStages]] = {}
+        self.wait_cpu_s = 0.0  # this thread's CPU inside the loader's __next__, all phases
+
+    def begin(self, seq: int) -> None:
+        if self.folder is not None:
+            self._open[seq] = read_boards(self.folder)
+        self._cpu0 = self.wait_cpu_s
+
+    def end(self, seq: int, workers: int | None) -> dict[str, Any] | None:
+        before = self._open.pop(seq, None)
+        if before is None or self.folder is None:
+            return None
+        out = phase_stages(before, read_boards(self.folder), os.getpid())
+        out.update({"loader_workers": workers, "persistent_workers": None,
+                    "wait_cpu_s": self.wait_cpu_s - self._cpu0, "stages_measured": True})
+        return out
+
+
 # --------------------------------------------------------------------------- library hooks
 
 

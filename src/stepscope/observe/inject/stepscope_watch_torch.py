@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
+import time
 from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,7 @@ def _patch_loader(torch: ModuleType, rec: Recorder, loop: LoopTracker,
             return call()
         loop.next_begin(state, rec.clock())
         outer["depth"] += 1
+        cpu0 = time.thread_time()  # the loading thread's own CPU while the loop waits
         try:
             batch = call()
         except StopIteration:
@@ -113,6 +115,8 @@ def _patch_loader(torch: ModuleType, rec: Recorder, loop: LoopTracker,
             raise
         finally:
             outer["depth"] -= 1
+            if rec.stages is not None:
+                rec.stages.wait_cpu_s += time.thread_time() - cpu0
         t = rec.clock()
         loop.next_end(state, t, count_images(batch))
         peak.batch_arrived()
