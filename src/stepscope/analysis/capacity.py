@@ -108,6 +108,7 @@ class Capacity:
     cpu_s_per_image: float | None
     runq_s_per_image: float
     job_cores: float | None
+    obtainable_cores: float | None
     compute_cores: float | None
     spare_cores: float | None
     model_cpu_s_per_image: float | None
@@ -123,6 +124,16 @@ def job_cores(affinity: float | None, quota: float | None) -> float | None:
     """The cores this job may use: its affinity, capped by a cgroup CPU quota."""
     vals = [float(v) for v in (affinity, quota) if isinstance(v, (int, float)) and v > 0]
     return min(vals) if vals else None
+
+
+def obtainable_cores(cores: float | None, phase: dict[str, Any]) -> float | None:
+    """The cores this job could have had: its allowed cores, but on a shared host no more than
+    it used plus what the host left idle (other jobs' load is not ours to schedule)."""
+    tree, host, n = phase.get("tree_cpu_pct"), phase.get("host_cpu_pct"), phase.get("host_cores")
+    if cores is None or tree is None or host is None or not n:
+        return cores
+    idle = max(0.0, n * (1.0 - host / 100.0))
+    return max(0.05, min(cores, tree / 100.0 + idle))
 
 
 def _model_cpu(phase: dict[str, Any], lf: LoaderFigures) -> tuple[float | None, float | None]:
@@ -146,10 +157,11 @@ def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None
     per_loader = lf.items / lf.fetch_s
     cpu_per_image = lf.fetch_cpu_s / lf.items
     compute, model_cpu = _model_cpu(phase, lf)
-    spare = None if cores is None else max(0.0, cores - (compute if compute is not None else 1.0))
+    got = obtainable_cores(cores, phase)
+    spare = None if got is None else max(0.0, got - (compute if compute is not None else 1.0))
     cpu_rate = None
-    if cores is not None and model_cpu is not None and model_cpu + cpu_per_image > 0:
-        cpu_rate = cores / (model_cpu + cpu_per_image)
+    if got is not None and model_cpu is not None and model_cpu + cpu_per_image > 0:
+        cpu_rate = got / (model_cpu + cpu_per_image)
     loaders = max(lf.workers, 1)
     storage = None
     if cold and lf.blocked_s > 0:
@@ -158,7 +170,7 @@ def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None
         now_images_per_s=1000.0 / step_ms, consume_images_per_s=1000.0 / rest_ms,
         per_loader_images_per_s=per_loader, loader_images_per_s=per_loader * loaders,
         storage_images_per_s=storage, cpu_s_per_image=cpu_per_image,
-        runq_s_per_image=lf.fetch_runq_s / lf.items, job_cores=cores,
+        runq_s_per_image=lf.fetch_runq_s / lf.items, job_cores=cores, obtainable_cores=got,
         compute_cores=compute, spare_cores=spare, model_cpu_s_per_image=model_cpu,
         cpu_images_per_s=cpu_rate, binding=None,
         stage_ms_per_image={k: v / lf.items * 1000.0 for k, v in lf.stage_s.items()},
@@ -283,7 +295,7 @@ def predictions(lf: LoaderFigures, cap: Capacity, phase: dict[str, Any]) -> list
         found.append(predict_workers(cap, lf, target))
     if phase.get("repeat"):
         found.append(predict_persistent(phase, lf))
-    for stage in ("transform", "decode", "collate"):
+    for stage in ("transform", "decode", "item", "collate"):
         found.append(predict_without_stage(cap, lf, stage))
     return [dict(vars(p)) | ({"workers": target} if p.change.startswith("num_workers") else {})
             for p in found if p is not None and p.speedup >= 1.0]

@@ -118,11 +118,15 @@ def _item_stages(lf: LoaderFigures) -> float:
 
 
 def _cores_line(cap: Capacity) -> str:
-    cores = "-" if cap.job_cores is None else f"{cap.job_cores:g}"
+    line = "this job may use " + ("-" if cap.job_cores is None else f"{cap.job_cores:g}") + \
+        " cores (affinity, cgroup quota)"
+    got = cap.obtainable_cores
+    if got is not None and cap.job_cores is not None and got < cap.job_cores - 0.25:
+        line += (f", but the host's other processes left it {got:.1f} (its own CPU plus the "
+                 "host's idle time)")
     if cap.cpu_images_per_s is None or cap.model_cpu_s_per_image is None:
-        return f"this job may use {cores} cores (affinity, cgroup quota)"
-    return (f"this job may use {cores} cores (affinity, cgroup quota): at "
-            f"{cap.model_cpu_s_per_image * 1000:.1f} ms of model CPU and "
+        return line
+    return (f"{line}: at {cap.model_cpu_s_per_image * 1000:.1f} ms of model CPU and "
             f"{(cap.cpu_s_per_image or 0.0) * 1000:.1f} ms of loading CPU per image they run at "
             f"most {cap.cpu_images_per_s:.0f} img/s; the phase ran at "
             f"{cap.now_images_per_s:.0f} img/s")

@@ -12,6 +12,10 @@ from typing import Any
 
 from stepscope.analysis.fmt import fmt_ratio
 
+STAGE_WORDS = {"read": "reading the file", "decode": "decoding",
+               "transform": "transforming/augmenting",
+               "item": "the dataset's own per-item code (outside read, decode and transforms)"}
+
 
 def _pred(agg: dict[str, Any], prefix: str) -> dict[str, Any] | None:
     return next((p for p in agg.get("predictions") or [] if p["change"].startswith(prefix)), None)
@@ -57,10 +61,12 @@ def capacity_fix(agg: dict[str, Any]) -> tuple[str, str] | None:
                 "drop pin_memory if the copy is not asynchronous", _cheapest(agg, "collate", sure))
     if cause == "cpu":
         stage = _costliest_stage(loader)
-        return (f"the job's {cap.get('job_cores') or '?'} cores are taken; more workers would "
-                f"not help. Make each image cheaper: {stage or 'loading'} costs the most per "
-                "image (cheaper augmentation, augment on the GPU, cache decoded resized "
-                "images)", _cheapest(agg, stage or "transform", sure))
+        words = STAGE_WORDS.get(stage or "", "loading")
+        return (f"the cores this job can get ({cap.get('obtainable_cores') or 0:.1f} of its "
+                f"{cap.get('job_cores') or '?'}) are taken; more workers would not help. Make "
+                f"each image cheaper: {words} costs the most per image (cheaper augmentation, "
+                "augment on the GPU, cache decoded resized images)",
+                _cheapest(agg, stage or "transform", sure))
     if cause == "storage":
         return ("the loaders wait on the disk: keep the dataset in RAM or on faster local "
                 "storage (once cached, epoch 2 reads from the page cache if it fits), or store "

@@ -167,6 +167,7 @@ class PhaseContext:
     gpu_index: int | None
     stages: dict[int, Any] = field(default_factory=dict)  # phase id -> stages.phase fact
     cores: float | None = None  # the cores this job may use (affinity, quota)
+    host_cores: int | None = None  # the host's cores (per-CPU series), to see their idle time
     seen: set[tuple[int, str]] = field(default_factory=set)  # (rank, phase) already summarized
 
 
@@ -255,7 +256,10 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
     lf = loader_figures(_with_step_waits(ctx.stages.get(ph.phase_id), steps))
     main_cpu = ev.main_cpu_pct
     cap = None if lf is None else build_capacity(
-        {**fields, "main_cpu_pct": main_cpu, "seconds": seconds}, lf, ctx.cores, is_cold(ev))
+        {**fields, "main_cpu_pct": main_cpu, "seconds": seconds, "images": images,
+         "tree_cpu_pct": ctx.cache.mean("tree", "cpu_util_pct", t0, t1),
+         "host_cpu_pct": ev.host_cpu_pct, "host_cores": ctx.host_cores},
+        lf, ctx.cores, is_cold(ev))
     # A loader's workers can only be kept from a previous phase of the same kind.
     repeat = (ph.rank, ph.phase) in ctx.seen
     ctx.seen.add((ph.rank, ph.phase))

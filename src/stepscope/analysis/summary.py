@@ -257,7 +257,9 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     gpu = _gpu_index(run.device, cache, pids)
     is_gpu_run = gpu is not None
     ctx = PhaseContext(cache=cache, processes=reader.processes(), main_pid=main_pid,
-                       gpu_index=gpu, stages=_stage_facts(facts), cores=_job_cores(facts, cache))
+                       gpu_index=gpu, stages=_stage_facts(facts), cores=_job_cores(facts, cache),
+                       host_cores=sum(1 for s in cache.sources("cpu_util_pct")
+                                      if re.fullmatch(r"cpu\d+", s)) or None)
     phases, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
     _mark_cached_phases(phases, facts)
     checkpoints = _assign_checkpoints(phases, cache)
