@@ -138,3 +138,16 @@ def test_one_pathological_step_does_not_flip_the_split() -> None:
     v = decide_verdict(fields["data_wait_frac"], fields["transfer_frac"], fields["other_frac"],
                        split.steps)
     assert v.verdict == "compute-bound"
+
+
+def test_compare_puts_the_prediction_beside_what_the_rerun_achieved() -> None:
+    from stepscope.analysis.compare import predicted_gain
+
+    a = {"epoch": 1, "phase": "train", "loader": {"workers": 1, "persistent_workers": False},
+         "capacity": {"now_images_per_s": 100.0}, "workers_curve": {"2": 1.9, "4": 3.5}}
+    b = {"epoch": 1, "phase": "train", "loader": {"workers": 4, "persistent_workers": False},
+         "capacity": {"now_images_per_s": 300.0}}
+    g = predicted_gain(a, b)
+    assert g is not None and g.change == "num_workers 1 → 4"
+    assert g.predicted == 3.5 and g.achieved == 3.0 and abs(g.error_frac - 1 / 6) < 1e-9
+    assert predicted_gain(a, {**b, "loader": None}) is None

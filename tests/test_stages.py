@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,10 @@ from stepscope.observe import stages
 
 
 @pytest.fixture()
-def board_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(stages.ENV_DIR, str(tmp_path))
-    return tmp_path
+def board_dir(tmp_path: Path) -> Iterator[Path]:
+    stages.set_folder(str(tmp_path))
+    yield tmp_path
+    stages.set_folder(None)
 
 
 def _mine(folder: Path) -> stages.ProcessStages:
@@ -50,8 +52,8 @@ def test_timed_wrapper_is_idempotent_and_keeps_the_result(board_dir: Path) -> No
     assert _mine(board_dir).stage_calls["decode"] == 1
 
 
-def test_no_folder_no_counting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(stages.ENV_DIR, raising=False)
+def test_no_folder_no_counting() -> None:
+    stages.set_folder(None)
     with stages.Stage("read", nbytes=10):
         pass  # nothing to write to; must not fail
 

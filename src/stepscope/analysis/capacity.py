@@ -30,6 +30,8 @@ from typing import Any
 HEADROOM = 1.15
 MIN_GAIN = 1.10  # below this a change is within the noise of a shared machine
 MIN_STEADY_BATCHES = 3
+# Loaders runnable but waiting for a core this share of their fetch time were denied CPU.
+CONTENDED_FRAC = 0.3
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,10 @@ def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None
     per_loader = lf.items / lf.fetch_s
     cpu_per_image = lf.fetch_cpu_s / lf.items
     compute, model_cpu = _model_cpu(phase, lf)
-    got = obtainable_cores(cores, phase)
+    # Only loaders that were kept waiting for a core were denied one: a job that sleeps on
+    # latency uses little CPU however idle the host is, and that says nothing about its cores.
+    contended = lf.fetch_runq_s >= CONTENDED_FRAC * lf.fetch_s
+    got = obtainable_cores(cores, phase) if contended else cores
     spare = None if got is None else max(0.0, got - (compute if compute is not None else 1.0))
     cpu_rate = None
     if got is not None and model_cpu is not None and model_cpu + cpu_per_image > 0:
@@ -299,3 +304,14 @@ def predictions(lf: LoaderFigures, cap: Capacity, phase: dict[str, Any]) -> list
         found.append(predict_without_stage(cap, lf, stage))
     return [dict(vars(p)) | ({"workers": target} if p.change.startswith("num_workers") else {})
             for p in found if p is not None and p.speedup >= 1.0]
+
+
+def workers_curve(cap: Capacity, lf: LoaderFigures, up_to: int = 8) -> dict[str, float]:
+    """Predicted speed-up for each worker count 1..``up_to`` (``compare`` and ``tune`` look up
+    the count they tried)."""
+    out: dict[str, float] = {}
+    for w in range(1, up_to + 1):
+        p = predict_workers(cap, lf, w)
+        if p is not None:
+            out[str(w)] = p.speedup
+    return out

@@ -22,6 +22,7 @@ The order is the order of the checks (docs/input-causes.md):
 from __future__ import annotations
 
 from stepscope.analysis.capacity import (
+    CONTENDED_FRAC,
     Capacity,
     LoaderFigures,
     predict_persistent,
@@ -42,7 +43,6 @@ STARTUP_DOMINANT_FRAC = 0.5
 BLOCKED_HIGH_FRAC = 0.5
 ON_CPU_HIGH_FRAC = 0.7
 MAIN_PROCESS_FRAC = 0.5
-CONTENDED_FRAC = 0.3
 
 
 def is_cold(ev: InputEvidence) -> bool:

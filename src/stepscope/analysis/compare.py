@@ -34,6 +34,22 @@ class PhaseDelta:
 
 
 @dataclass(frozen=True)
+class PredictedGain:
+    """A fix run ``a`` predicted (from its stage capacities) beside what run ``b`` achieved."""
+
+    epoch: int
+    phase: str
+    change: str
+    predicted: float
+    achieved: float
+
+    @property
+    def error_frac(self) -> float:
+        """(predicted − achieved) ÷ achieved: +0.25 promised 25 % more than came."""
+        return (self.predicted - self.achieved) / self.achieved
+
+
+@dataclass(frozen=True)
 class LedgerDelta:
     """One memory-ledger item in either run; a missing item counts as absent (None)."""
 
@@ -73,6 +89,7 @@ class Comparison:
     memory_total_b: float | None = None
     findings_resolved: list[str] = field(default_factory=list)
     findings_new: list[str] = field(default_factory=list)
+    predicted: list[PredictedGain] = field(default_factory=list)
 
     @property
     def train_ratio(self) -> float | None:
@@ -178,4 +195,37 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
         memory_total_b=_num(mem_b.get("total_bytes")),
         findings_resolved=[f for f in fa if f not in fb],
         findings_new=[f for f in fb if f not in fa],
+        predicted=[g for k in common if (g := predicted_gain(pa[k], pb[k])) is not None],
     )
+
+
+def _steady_rate(p: dict[str, Any]) -> float | None:
+    cap = p.get("capacity") or {}
+    return _num(cap.get("now_images_per_s"))
+
+
+def predicted_gain(pa: dict[str, Any], pb: dict[str, Any]) -> PredictedGain | None:
+    """What ``a`` predicted for the loader change ``b`` made (workers, persistent_workers).
+
+    Worker counts compare steady-state rates (the model's prediction is about them); keeping
+    workers alive compares whole phases (the start-up is what it saves).
+    """
+    la, lb = pa.get("loader") or {}, pb.get("loader") or {}
+    if not la or not lb:
+        return None
+    epoch, phase = int(pa["epoch"]), str(pa["phase"])
+    wa, wb = la.get("workers"), lb.get("workers")
+    if wa != wb and wb:
+        predicted = _num((pa.get("workers_curve") or {}).get(str(wb)))
+        achieved = _ratio(_steady_rate(pa), _steady_rate(pb))
+        if predicted is not None and achieved:
+            return PredictedGain(epoch, phase, f"num_workers {wa} → {wb}", predicted, achieved)
+        return None
+    if not la.get("persistent_workers") and lb.get("persistent_workers"):
+        pred = next((q for q in pa.get("predictions") or []
+                     if q.get("change") == "persistent_workers=True"), None)
+        achieved = _ratio(_num(pa.get("images_per_s")), _num(pb.get("images_per_s")))
+        if pred is not None and achieved:
+            return PredictedGain(epoch, phase, "persistent_workers=True",
+                                 float(pred["speedup"]), achieved)
+    return None

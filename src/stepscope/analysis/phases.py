@@ -17,6 +17,7 @@ from stepscope.analysis.capacity import (
     build_capacity,
     loader_figures,
     predictions,
+    workers_curve,
 )
 from stepscope.analysis.causes import decide_cause_from_stages, is_cold
 from stepscope.analysis.samples import SampleCache
@@ -293,6 +294,7 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
         **_loader_fields(lf, cap, seconds),
         "predictions": [] if lf is None or cap is None else predictions(
             lf, cap, {"seconds": seconds, "images": images, "repeat": repeat}),
+        "workers_curve": {} if lf is None or cap is None else workers_curve(cap, lf),
     }
 
 

@@ -194,7 +194,7 @@ class Monitor(AbstractContextManager["Monitor"]):
             self.note("stages", f"loader stage timing off: {exc}")
             return
         self._stages_dir = folder
-        os.environ[stages.ENV_DIR] = str(folder)
+        stages.set_folder(str(folder))
         hooked = stages.install_loaded(dict(sys.modules))
         self.fact("stages.hooks", hooked, "libraries whose loader functions are timed")
 
@@ -251,7 +251,7 @@ class Monitor(AbstractContextManager["Monitor"]):
         if self._stages_dir is None:
             return
         if os.environ.get(stages.ENV_DIR) == str(self._stages_dir):
-            del os.environ[stages.ENV_DIR]
+            stages.set_folder(None)
         # The counters were read at every phase end; the files are scratch.
         shutil.rmtree(self._stages_dir, ignore_errors=True)
         with contextlib.suppress(OSError):  # other ranks may still be recording there
@@ -290,7 +290,10 @@ class Monitor(AbstractContextManager["Monitor"]):
         self._warm_phases.add(phase)
         probe = stages.LoaderProbe(self._stages_dir, os.getpid())
         probe.begin()
-        thread_time = time.thread_time
+        # The loading thread's own CPU during the wait: the loading itself when it runs inline
+        # (workers=0). With workers it is only unpickling, so the two clock reads (a syscall
+        # each) are skipped and the wait counts as idle.
+        thread_time = time.thread_time if not workers else _zero
         step = 0
         try:
             t0 = self._clock()
@@ -401,6 +404,10 @@ class Monitor(AbstractContextManager["Monitor"]):
         stats.gpu_util_pct = latest.get(("gpu0", "util_pct"))
         stats.disk_read_bytes_per_s = latest.get(("tree", "read_rate_bytes_per_s"))
         return stats
+
+
+def _zero() -> float:
+    return 0.0
 
 
 def _count(value: Any) -> int | None:

@@ -16,8 +16,9 @@ from stepscope.observe.inject.stepscope_watch_stages import (
     install_loaded,
     phase_stages,
     read_boards,
+    set_folder,
     timed,
 )
 
 __all__ = ["ENV_DIR", "SEQ_FACT_PREFIX", "STAGES", "BatchTimer", "LoaderProbe", "ProcessStages", "Stage", "add_bytes",
-           "install_loaded", "phase_stages", "read_boards", "timed"]
+           "install_loaded", "phase_stages", "read_boards", "set_folder", "timed"]

@@ -139,10 +139,24 @@ def comparison_table(cmp: Comparison) -> Group:
     parts += _unmatched(cmp)
     if cmp.memory:
         parts.append(_memory_delta_table(cmp))
+    if cmp.predicted:
+        parts.append(_predicted_table(cmp))
     if cmp.findings_resolved or cmp.findings_new:
         parts.append(Text(f"findings resolved: {', '.join(cmp.findings_resolved) or 'none'}; "
                           f"new: {', '.join(cmp.findings_new) or 'none'}"))
     return Group(*parts)
+
+
+def _predicted_table(cmp: Comparison) -> Table:
+    """What run a's capacities predicted for b's change, beside what b achieved."""
+    t = _table("Predicted (from a's stage capacities) vs achieved")
+    for name in ("epoch", "phase", "change", "predicted", "achieved", "error"):
+        t.add_column(name, justify="right" if name in ("predicted", "achieved", "error",
+                                                       "epoch") else "left", no_wrap=True)
+    for g in cmp.predicted:
+        t.add_row(str(g.epoch), g.phase, g.change, fmt_ratio(g.predicted), fmt_ratio(g.achieved),
+                  f"{g.error_frac:+.0%}")
+    return t
 
 
 def _unmatched(cmp: Comparison) -> list[RenderableType]:

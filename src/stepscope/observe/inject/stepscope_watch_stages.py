@@ -85,21 +85,42 @@ class _Board:
 
 _board: _Board | None = None
 _board_lock = threading.Lock()
+# Read once at import (a spawned worker, or watch's child, gets it from its environment) and
+# set by the Monitor; a per-call environment lookup would cost more than the hook itself.
+_folder: str | None = os.environ.get(ENV_DIR) or None
+
+
+def _forget_board() -> None:
+    # A forked child must not write into its parent's page: it makes its own on first use.
+    global _board
+    _board = None
+
+
+os.register_at_fork(after_in_child=_forget_board)
+
+
+def set_folder(folder: str | None) -> None:
+    """Start (a folder) or stop (None) counting in this process and in workers started later."""
+    global _folder
+    _folder = folder
+    if folder is None:
+        os.environ.pop(ENV_DIR, None)
+    else:
+        os.environ[ENV_DIR] = folder
 
 
 def board() -> _Board | None:
     """This process's board, created on first use (a forked child makes its own)."""
     global _board
-    folder = os.environ.get(ENV_DIR)
     b = _board
-    if b is not None and b.pid == os.getpid() and b.folder == folder:
+    if b is not None and b.folder == _folder:
         return b
-    if not folder:
+    if _folder is None:
         return None
     with _board_lock:
-        if _board is None or _board.pid != os.getpid() or _board.folder != folder:
+        if _board is None or _board.folder != _folder:
             try:
-                _board = _Board(folder)
+                _board = _Board(_folder)
             except OSError:
                 return None
         return _board
@@ -382,8 +403,7 @@ class WatchPhases:
     batch's one-off costs fall before the reading) and when it closes it."""
 
     def __init__(self) -> None:
-        folder = os.environ.get(ENV_DIR)
-        self.folder = Path(folder) if folder else None
+        self.folder = Path(_folder) if _folder else None
         self._open: dict[int, dict[int, ProcessStages]] = {}
         self.wait_cpu_s = 0.0  # this thread's CPU inside the loader's __next__, all phases
 
