@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from stepscope.observe.base import SamplerUnavailable
 from stepscope.observe.disk import (
     DiskSampler,
     block_device_for,
@@ -14,7 +15,6 @@ from stepscope.observe.disk import (
     read_diskstats,
 )
 from stepscope.observe.pagecache import evict
-from stepscope.observe.sampling import SamplerUnavailable
 
 MB = 1 << 20
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from stepscope.observe.base import SamplerUnavailable
 from stepscope.observe.gpu import GpuSampler, Nvml, torch_allocator_samples
-from stepscope.observe.sampling import SamplerUnavailable
 
 
 def test_without_a_gpu_nvml_is_unavailable_with_the_reason() -> None:

@@ -143,7 +143,7 @@ def test_without_root_a_departed_childs_last_reads_are_kept(tmp_path: Path) -> N
 
 
 def test_missing_root_is_unavailable() -> None:
-    from stepscope.observe.sampling import SamplerUnavailable
+    from stepscope.observe.base import SamplerUnavailable
 
     with pytest.raises(SamplerUnavailable, match="not found"):
         ProcessTree(2**22 + 12345)

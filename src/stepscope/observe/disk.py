@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.observe.sampling import SamplerUnavailable
+from stepscope.observe.base import SamplerUnavailable
 from stepscope.store.records import Sample
 
 PROC = Path("/proc")

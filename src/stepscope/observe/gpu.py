@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar
 
-from stepscope.observe.sampling import NoteFn, SamplerUnavailable
+from stepscope.observe.base import NoteFn, SamplerUnavailable
 from stepscope.store.records import Sample
 
 T = TypeVar("T")

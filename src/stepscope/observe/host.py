@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.observe.sampling import SamplerUnavailable
+from stepscope.observe.base import SamplerUnavailable
 from stepscope.store.records import Sample
 
 PROC = Path("/proc")

@@ -23,12 +23,12 @@ from typing import Any
 
 from stepscope import policy
 from stepscope.observe import pagecache
+from stepscope.observe.base import SamplerUnavailable
 from stepscope.observe.blkio import blkio_available
 from stepscope.observe.disk import block_device_for
 from stepscope.observe.gpu import Nvml
 from stepscope.observe.host import cpu_quota_cores, parse_meminfo, parse_pressure
 from stepscope.observe.proctree import parse_io
-from stepscope.observe.sampling import SamplerUnavailable
 
 PROC = Path("/proc")
 SYS = Path("/sys")

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.observe.sampling import SamplerUnavailable
+from stepscope.observe.base import SamplerUnavailable
 from stepscope.store.records import ProcessInfo, Sample
 
 PROC = Path("/proc")

@@ -9,38 +9,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from stepscope.store.records import ProcessInfo, Sample
-
-NoteFn = Callable[[str, str], None]
-
-
-@runtime_checkable
-class Sampler(Protocol):
-    """Anything that turns 'now' into samples. ``now`` is the sampling thread's clock reading;
-    rates are computed against differences of ``now`` so tests can inject a clock."""
-
-    name: str
-
-    def sample(self, now: float) -> list[Sample]: ...
-
-
-class SampleSink(Protocol):
-    """Where SamplerThread writes: a ``RunWriter``, or anything with these three methods."""
-
-    def add_samples(self, samples: Iterable[Sample]) -> None: ...
-
-    def put_process(self, proc: ProcessInfo) -> None: ...
-
-    def note(self, source: str, text: str) -> None: ...
-
-
-class SamplerUnavailable(Exception):
-    """Raised by a sampler's constructor when it cannot work on this machine; the message is
-    the reason, written as the run's note."""
+from stepscope.observe.base import NoteFn, Sampler, SamplerUnavailable, SampleSink
+from stepscope.observe.disk import create_disk_samplers
+from stepscope.observe.gpu import GpuSampler
+from stepscope.observe.host import HostSampler
+from stepscope.observe.pagecache import DatasetResidency
+from stepscope.observe.proctree import ProcessTree
+from stepscope.store.records import Sample
 
 
 def create_samplers(
@@ -68,13 +47,6 @@ def create_samplers(
         >>> samplers = create_samplers(root_pid=os.getpid(), note=writer.note)
         >>> thread = SamplerThread(samplers, writer); thread.start()
     """
-    # Local imports: the sampler modules import SamplerUnavailable from here.
-    from stepscope.observe.disk import create_disk_samplers
-    from stepscope.observe.gpu import GpuSampler
-    from stepscope.observe.host import HostSampler
-    from stepscope.observe.pagecache import DatasetResidency
-    from stepscope.observe.proctree import ProcessTree
-
     out: list[Sampler] = []
 
     def attempt(source: str, build: Callable[[], Sampler | Sequence[Sampler]]) -> None:
@@ -221,3 +193,15 @@ def phase_resident_frac(residency: Any) -> float | None:
         return float(residency.resident_frac())
     except Exception:
         return None
+
+
+__all__ = [
+    "NoteFn",
+    "SampleSink",
+    "Sampler",
+    "SamplerThread",
+    "SamplerUnavailable",
+    "create_samplers",
+    "phase_io_totals",
+    "phase_resident_frac",
+]
