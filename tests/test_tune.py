@@ -10,6 +10,8 @@ import pytest
 import torch
 from rich.console import Console
 
+from stepscope.analysis.tune import choose_winner, run_rate, skip_notes
+from stepscope.policy import chunk_rates
 from stepscope.render.tune import tune_table
 from stepscope.train import augment
 from stepscope.train.config import resolve_config
@@ -20,8 +22,6 @@ from stepscope.train.tune import (
     TuneRow,
     _loader,
     _resolve_split,
-    choose_winner,
-    chunk_rates,
     time_loader,
     tune,
     worker_counts,
@@ -61,8 +61,8 @@ def test_winner_is_the_fastest_real_run_and_the_reason_says_why() -> None:
     ]
     best, reason = choose_winner(rows)
     assert best is rows[2]
-    assert "2.40× your current settings' 50.0 img/s (45.0–55.0)" in reason
-    assert "waited for data 60%" in reason
+    assert "2.4× your current settings' 50.0 img/s (45.0–55.0)" in reason
+    assert "waited for data 60 %" in reason
     assert "noise" not in reason
     rows[2].min_images_per_s = 50.0  # now the spreads overlap
     assert "within this machine's noise" in choose_winner(rows)[1]
@@ -130,7 +130,9 @@ def test_tune_on_real_data_respects_its_budget_and_its_yaml_trains(
     seen: list[tuple[str, float]] = []
     budget_s = 30.0
     t0 = time.perf_counter()
-    result = tune(cfg, budget_s=budget_s, progress=lambda text, frac: seen.append((text, frac)))
+    result = tune(cfg, read_rate=run_rate, budget_s=budget_s,
+                  progress=lambda text, frac: seen.append((text, frac)))
+    result.decide(*choose_winner(result.rows), skip_notes(result.rows))
     wall_s = time.perf_counter() - t0
     print(f"tune took {wall_s:.1f} s of {budget_s:.0f}")
     Console(width=150).print(tune_table(result))

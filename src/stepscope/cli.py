@@ -410,6 +410,7 @@ def tune(
     """
     from rich.progress import BarColumn, Progress, TextColumn
 
+    from stepscope.analysis.tune import choose_winner, run_rate, skip_notes
     from stepscope.render.tune import tune_table
     from stepscope.train import tune as tuning
 
@@ -421,7 +422,9 @@ def tune(
         def progress(text: str, frac: float) -> None:
             bar.update(task, description=text[:70], completed=min(frac, 1.0))
 
-        result = tuning.tune(cfg, budget_s=budget, progress=progress)
+        result = tuning.tune(cfg, read_rate=run_rate, budget_s=budget, progress=progress)
+    # train/ measured; analysis/ decides which run won and says why.
+    result.decide(*choose_winner(result.rows), skip_notes(result.rows))
     tuning.write_tuned_config(result, cfg, out_config)
     if as_json:
         from stepscope.render.jsonout import dumps, tune_json

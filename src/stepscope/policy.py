@@ -152,6 +152,27 @@ def predict_images_per_s(*, loader_w: float, loader_0: float, compute: float, wo
     return rate
 
 
+def chunk_rates(seconds: Sequence[float], images: Sequence[int], chunk: int) -> list[float]:
+    """Images per second over consecutive chunks of ``chunk`` batches (or steps).
+
+    With N workers batches arrive in bursts of N (each worker finishes one at about the same
+    time), so single-batch rates alternate between near-infinite and slow; a chunk of N batches
+    spans one full cycle. A short last chunk is dropped unless it is the only one.
+
+    Examples:
+        >>> chunk_rates([0.1, 0.0, 0.1, 0.0, 0.1], [8, 8, 8, 8, 8], 2)
+        [160.0, 160.0]
+    """
+    chunk = max(chunk, 1)
+    rates: list[float] = []
+    for i in range(0, len(seconds), chunk):
+        s, n = seconds[i:i + chunk], images[i:i + chunk]
+        if len(s) < chunk and rates:
+            break
+        rates.append(sum(n) / max(sum(s), 1e-9))
+    return rates
+
+
 # -- bf16 ------------------------------------------------------------------------------------------
 
 # CPU flags that mean the cores have native bf16 arithmetic: AVX-512 BF16 (dot products of
@@ -241,6 +262,7 @@ __all__ = [
     "PER_WORKER_IMG_S",
     "auto_workers",
     "bf16_pays",
+    "chunk_rates",
     "cpu_has_native_bf16",
     "default_loader_cores",
     "job_cores",

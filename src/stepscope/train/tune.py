@@ -34,28 +34,21 @@ from torch.utils.data import DataLoader
 from stepscope import policy
 from stepscope.errors import DataError
 from stepscope.observe.monitor import DEFAULT_WARMUP_STEPS
-from stepscope.store.db import RunReader
 from stepscope.train import augment, ceilings, data, precision, setup
+from stepscope.train import tune_plan as tp
 from stepscope.train.config import TrainConfig, save_config
 from stepscope.train.loop import train
 from stepscope.train.models import create_model
+from stepscope.train.tune_plan import Clock
 
-Clock = Callable[[], float]
 ProgressFn = Callable[[str, float], None]
+# Reads a short recorded run's rate (``analysis.tune.run_rate``); handed in by the caller, since
+# train/ neither reads stores nor decides (analysis/ does): (chunk rates, data-wait share,
+# steady seconds, steady steps).
+RateReader = Callable[[Path], tuple[list[float], float, float, int]]
 
 # The config keys tune chooses; everything else in the user's config is kept as given.
 TUNED_KEYS = ("workers", "prefetch", "aug_backend", "precision", "channels_last")
-# Shares of the budget for the two cheap stages; real runs get what is left. The real runs
-# matter most (they alone include the contention between loader and trunk), so they get half.
-COMPUTE_SHARE = 0.2
-LOADER_SHARE = 0.25
-MAX_REAL_RUNS = 5
-MIN_STEADY_STEPS = 3  # steady-state steps a real run needs after the recorder's warm-up steps
-MAX_RUN_STEPS = 60  # enough steady steps for a stable rate; more only spends budget
-# Measured rates are optimistic about a real run (no contention), and runs have start-up costs
-# we only learn after the first: plan runs as if they took this much longer than estimated.
-RUN_SAFETY = 1.5
-RESERVE_S = 1.0  # kept back for writing the result
 
 
 @dataclass
@@ -120,6 +113,15 @@ class TuneResult:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def decide(self, best: TuneRow | None, reason: str, notes: Sequence[str] = ()) -> None:
+        """Take analysis's decision (``analysis.tune.choose_winner``): mark the winning row and
+        make its settings the winner; without one the user's own settings stay."""
+        if best is not None:
+            best.winner = True
+            self.winner = dict(best.changes)
+        self.reason = reason
+        self.notes.extend(notes)
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -144,24 +146,6 @@ class Candidate:
                 f"{self.precision} {layout}")
 
 
-class Budget:
-    """Wall-clock budget with an injectable clock."""
-
-    def __init__(self, budget_s: float, clock: Clock) -> None:
-        self.budget_s = budget_s
-        self.clock = clock
-        self.t0 = clock()
-
-    def elapsed(self) -> float:
-        return self.clock() - self.t0
-
-    def left(self) -> float:
-        return self.budget_s - self.elapsed()
-
-    def fraction(self) -> float:
-        return min(1.0, max(0.0, self.elapsed() / self.budget_s)) if self.budget_s > 0 else 1.0
-
-
 # --------------------------------------------------------------------------- pure helpers
 
 
@@ -182,70 +166,6 @@ def worker_counts(cores: int, also: int | None = None) -> list[int]:
     return sorted(counts)
 
 
-def chunk_rates(seconds: Sequence[float], images: Sequence[int], chunk: int
-                ) -> list[float]:
-    """Images per second over consecutive chunks of ``chunk`` batches (or steps).
-
-    With N workers batches arrive in bursts of N (each worker finishes one at about the same
-    time), so single-batch rates alternate between near-infinite and slow; a chunk of N batches
-    spans one full cycle. A short last chunk is dropped unless it is the only one.
-
-    Examples:
-        >>> chunk_rates([0.1, 0.0, 0.1, 0.0, 0.1], [8, 8, 8, 8, 8], 2)
-        [160.0, 160.0]
-    """
-    chunk = max(chunk, 1)
-    rates: list[float] = []
-    for i in range(0, len(seconds), chunk):
-        s, n = seconds[i:i + chunk], images[i:i + chunk]
-        if len(s) < chunk and rates:
-            break
-        rates.append(sum(n) / max(sum(s), 1e-9))
-    return rates
-
-
-def _fmt_rate(images_per_s: float) -> str:
-    return f"{images_per_s:.1f}" if images_per_s < 100 else f"{images_per_s:,.0f}"
-
-
-def _spread(row: TuneRow) -> str:
-    if row.min_images_per_s is None or row.max_images_per_s is None:
-        return ""
-    return f" ({_fmt_rate(row.min_images_per_s)}–{_fmt_rate(row.max_images_per_s)})"
-
-
-def choose_winner(rows: Sequence[TuneRow]) -> tuple[TuneRow | None, str]:
-    """The fastest measured real run, and one sentence saying why it won.
-
-    Examples:
-        >>> base = TuneRow("run", "0 workers", {"workers": "0"}, 50.0, 45.0, 55.0,
-        ...                data_wait_frac=0.6, baseline=True)
-        >>> fast = TuneRow("run", "2 workers", {"workers": "2"}, 120.0, 110.0, 125.0)
-        >>> choose_winner([base, fast])[0].label
-        '2 workers'
-    """
-    runs = [r for r in rows if r.kind == "run" and r.images_per_s is not None]
-    if not runs:
-        return None, "no real run finished within the budget, so nothing was confirmed"
-    best = max(runs, key=lambda r: r.images_per_s or 0.0)
-    base = next((r for r in runs if r.baseline), None)
-    figure = f"{_fmt_rate(best.images_per_s or 0.0)} img/s{_spread(best)}"
-    if base is None:
-        return best, f"{best.label} trained fastest of the runs measured, at {figure}"
-    if best is base:
-        return best, (f"your current settings ({best.label}) trained fastest, at {figure}; "
-                      "no candidate beat them on this machine")
-    ratio = (best.images_per_s or 0.0) / max(base.images_per_s or 0.0, 1e-9)
-    why = (f"{best.label} trained at {figure}, {ratio:.2f}× your current settings' "
-           f"{_fmt_rate(base.images_per_s or 0.0)} img/s{_spread(base)}")
-    if (base.data_wait_frac or 0.0) >= 0.2 and (best.data_wait_frac or 0.0) < (base.data_wait_frac or 0.0):
-        why += (f": with your settings each step waited for data "
-                f"{base.data_wait_frac:.0%} of its time, with these {best.data_wait_frac or 0.0:.0%}")
-    if (best.min_images_per_s or 0.0) <= (base.max_images_per_s or 0.0):
-        why += " (the spreads overlap: the gain is within this machine's noise)"
-    return best, why
-
-
 # --------------------------------------------------------------------------- measurements
 
 
@@ -259,10 +179,10 @@ def _compute_combos(device: torch.device, base: Candidate) -> list[tuple[str, bo
 
 
 def _compute_stage(cfg: TrainConfig, device: torch.device, base: Candidate, threads: int,
-                   budget: Budget, say: Callable[[str], None]
+                   budget: tp.Budget, say: Callable[[str], None]
                    ) -> tuple[list[TuneRow], dict[tuple[str, bool], float], float]:
     """Forward ceilings per (precision, channels_last); returns rows, rates, model build time."""
-    deadline = budget.budget_s * COMPUTE_SHARE
+    deadline = budget.budget_s * tp.COMPUTE_SHARE
     combos = _compute_combos(device, base)
     say(f"building {cfg.model} (random weights: speed does not depend on them)")
     t0 = budget.clock()
@@ -357,7 +277,7 @@ def _loader_row(cfg: TrainConfig, split: data.DatasetSplit, backend: str, worker
     times, sizes, _warm = time_loader(_loader(cfg, split.train, backend, workers),
                                       seconds=seconds, min_batches=2 * max(workers, 1),
                                       clock=clock)
-    r = chunk_rates(times, sizes, workers)
+    r = policy.chunk_rates(times, sizes, workers)
     work = ("decode + resize (the device augments)" if backend == "gpu"
             else f"decode + {cfg.augment} augment")
     return TuneRow(
@@ -369,10 +289,10 @@ def _loader_row(cfg: TrainConfig, split: data.DatasetSplit, backend: str, worker
 
 
 def _loader_stage(cfg: TrainConfig, split: data.DatasetSplit, base: Candidate,
-                  device: torch.device, cores: int, budget: Budget, say: Callable[[str], None]
+                  device: torch.device, cores: int, budget: tp.Budget, say: Callable[[str], None]
                   ) -> tuple[list[TuneRow], dict[tuple[str, int], float]]:
     """Loader-only images per second per (backend, workers), the user's backend first."""
-    deadline = budget.budget_s * (COMPUTE_SHARE + LOADER_SHARE)
+    deadline = budget.budget_s * (tp.COMPUTE_SHARE + tp.LOADER_SHARE)
     backends = [base.aug_backend] + [b for b in _backends(device) if b != base.aug_backend]
     plan = [(b, w) for b in backends for w in worker_counts(cores, also=base.workers)]
     rows: list[TuneRow] = []
@@ -418,25 +338,6 @@ def _rank(cands: Sequence[Candidate], base: Candidate, loader: dict[tuple[str, i
     return [(base, predict(base)), *ranked]
 
 
-def run_rate(run_dir: Path) -> tuple[list[float], float, float, int]:
-    """Chunk rates, data-wait share, steady seconds and steady step count of a recorded run.
-
-    Steady state: the training phase's steps after the recorder's warm-up steps (all steps
-    when there are too few).
-    """
-    with RunReader(run_dir) as reader:
-        ids = {p.phase_id for p in reader.phases() if p.phase == "train"}
-        steps = [s for s in reader.steps() if s.phase_id in ids]
-        workers = max((p.workers or 0 for p in reader.phases()), default=0)
-    steady, _ = policy.steady_steps(steps)
-    wall = [s.wall_s for s in steady]
-    # Chunks of one step per worker smooth the workers' bursts, but a short run needs at least
-    # three chunks for its spread to mean anything.
-    rates = chunk_rates(wall, [s.images for s in steady], max(1, min(workers, len(steady) // 3)))
-    wait = sum(s.data_wait_s for s in steady) / max(sum(wall), 1e-9)
-    return rates, wait, sum(wall), len(steady)
-
-
 def _real_run(cfg: TrainConfig, cand: Candidate, steps: int, run_dir: Path) -> None:
     run_cfg = dataclasses.replace(
         cfg, **cand.changes(), epochs=1, max_steps=steps, out=str(run_dir), name=run_dir.name,
@@ -449,12 +350,10 @@ def _real_run(cfg: TrainConfig, cand: Candidate, steps: int, run_dir: Path) -> N
     train(run_cfg)
 
 
-def _plan_steps(per_run_s: float, overhead_s: float, rate: float, batch: int, epoch_steps: int
-                ) -> int:
-    """Steps that fit in ``per_run_s`` at ``rate``, at least warm-up + MIN_STEADY_STEPS."""
-    fit = int((per_run_s / RUN_SAFETY - overhead_s) * rate / batch)
-    low = DEFAULT_WARMUP_STEPS + MIN_STEADY_STEPS
-    return max(low, min(fit, MAX_RUN_STEPS, max(epoch_steps, low)))
+def _fastest(rows: Sequence[TuneRow]) -> TuneRow | None:
+    """The fastest real run measured so far (the stage refines it; analysis words the choice)."""
+    runs = [r for r in rows if r.kind == "run" and r.images_per_s is not None]
+    return max(runs, key=lambda r: r.images_per_s or 0.0) if runs else None
 
 
 @dataclass
@@ -462,11 +361,12 @@ class _RunPlan:
     """What the real-run stage knows while it goes: budget, costs learnt so far, results."""
 
     cfg: TrainConfig
-    budget: Budget
+    budget: tp.Budget
     tmp: Path
     epoch_steps: int
     overhead_s: float  # model build + monitor and loader start; calibrated after each run
     fallback_rate: float  # images/s guessed for a candidate nothing predicts
+    read_rate: RateReader
     rows: list[TuneRow] = field(default_factory=list)
 
 
@@ -475,23 +375,22 @@ def _try_run(plan: _RunPlan, cand: Candidate, predicted: float | None, *, baseli
     """One real run of ``cand`` in 1/``share`` of the budget left, or a skipped row."""
     cfg, budget = plan.cfg, plan.budget
     rate_guess = predicted or plan.fallback_rate
-    min_steps = DEFAULT_WARMUP_STEPS + MIN_STEADY_STEPS
-    need_s = RUN_SAFETY * (plan.overhead_s + min_steps * cfg.batch_size / rate_guess)
-    left = budget.left() - RESERVE_S
+    need_s = tp.run_need_s(plan.overhead_s, cfg.batch_size, rate_guess)
+    left = budget.left() - tp.RESERVE_S
     row = TuneRow("run", cand.label(), cand.changes(), predicted_images_per_s=predicted,
                   baseline=baseline)
     if need_s > left:
         row.skipped = f"needs ~{need_s:.0f} s, {max(left, 0):.0f} s left"
         plan.rows.append(row)
         return
-    steps = _plan_steps(left / share, plan.overhead_s, rate_guess, cfg.batch_size,
+    steps = tp.plan_steps(left / share, plan.overhead_s, rate_guess, cfg.batch_size,
                         plan.epoch_steps)
     say(f"real run: {cand.label()}, {steps} steps")
     run_dir = plan.tmp / f"run{len(plan.rows)}"
     t0 = budget.clock()
     _real_run(cfg, cand, steps, run_dir)
     row.seconds = budget.clock() - t0
-    rates, wait, steady_s, n = run_rate(run_dir)
+    rates, wait, steady_s, n = plan.read_rate(run_dir)
     plan.overhead_s = max(0.5, row.seconds - steady_s * steps / max(n, 1))
     if not rates:
         row.skipped = "the run recorded no training step (every image unreadable?)"
@@ -506,14 +405,14 @@ def _try_run(plan: _RunPlan, cand: Candidate, predicted: float | None, *, baseli
 def _runs_stage(plan: _RunPlan, ranked: list[tuple[Candidate, float | None]],
                 say: Callable[[str], None], notes: list[str]) -> list[TuneRow]:
     """The baseline and the best-ranked candidates, then the best with twice the prefetch."""
-    n = MAX_REAL_RUNS - 1  # the last run is the prefetch refinement
+    n = tp.MAX_REAL_RUNS - 1  # the last run is the prefetch refinement
     todo = ranked[:n]
     for i, (cand, predicted) in enumerate(todo):
         _try_run(plan, cand, predicted, baseline=i == 0, share=len(todo) - i + 1, say=say)
     if len(ranked) > n:
         notes.append(f"{len(ranked) - n} lower-ranked candidate(s) got no real run (at most "
-                     f"{MAX_REAL_RUNS} runs in all), e.g. {ranked[n][0].label()}")
-    best, _ = choose_winner(plan.rows)
+                     f"{tp.MAX_REAL_RUNS} runs in all), e.g. {ranked[n][0].label()}")
+    best = _fastest(plan.rows)
     if best is not None and int(best.changes["workers"]) > 0:
         # Deeper prefetch only helps when loading is bursty; the ceilings cannot predict it,
         # so it gets a real run of its own if the budget allows.
@@ -541,27 +440,32 @@ def _candidates(base: Candidate, loader: dict[tuple[str, int], float],
             for (b, w) in loader for (p, cl) in compute]
 
 
-def tune(cfg: TrainConfig, *, budget_s: float = 120.0, progress: ProgressFn | None = None,
-         clock: Clock = time.perf_counter) -> TuneResult:
+def tune(cfg: TrainConfig, *, read_rate: RateReader, budget_s: float = 120.0,
+         progress: ProgressFn | None = None, clock: Clock = time.perf_counter) -> TuneResult:
     """Measure which settings train ``cfg`` fastest here, in about ``budget_s`` seconds.
+
+    The result's ``winner`` is the user's own settings until :meth:`TuneResult.decide` takes
+    analysis's choice (``analysis.tune.choose_winner``; the CLI wires the two).
 
     Args:
         cfg: the user's resolved training config (data, model, image size, batch size...).
+        read_rate: reads a short run's rate from its store (``analysis.tune.run_rate``).
         budget_s: wall-clock budget for the whole tune; what does not fit is skipped and named.
         progress: called with (what is being measured, fraction of the budget spent).
         clock: injectable clock.
 
     Returns:
-        The measurements, the winning settings and why.
+        The measurements and what was not measured.
 
     Raises:
         DataError, ModelError: as ``train`` would for the same config.
 
     Examples:
-        >>> result = tune(resolve_config({"folder": "data/"}), budget_s=60)  # doctest: +SKIP
+        >>> result = tune(cfg, read_rate=run_rate, budget_s=60)  # doctest: +SKIP
+        >>> result.decide(*choose_winner(result.rows), skip_notes(result.rows))  # doctest: +SKIP
         >>> write_tuned_config(result, cfg, Path("tuned.yaml"))  # doctest: +SKIP
     """
-    budget = Budget(budget_s, clock)
+    budget = tp.Budget(budget_s, clock)
 
     def say(text: str) -> None:
         if progress is not None:
@@ -582,18 +486,14 @@ def tune(cfg: TrainConfig, *, budget_s: float = 120.0, progress: ProgressFn | No
         known = [*loader.values(), *compute.values()]
         with tempfile.TemporaryDirectory(prefix="stepscope-tune-") as tmp:
             plan = _RunPlan(cfg, budget, Path(tmp), math.ceil(len(split.train) / cfg.batch_size),
-                            overhead_s=build_s + 2.0, fallback_rate=min(known, default=1.0))
+                            overhead_s=build_s + 2.0, fallback_rate=min(known, default=1.0),
+                            read_rate=read_rate)
             r_rows = _runs_stage(plan, ranked, say, notes)
     finally:
         torch.set_num_threads(threads_before)
-    rows = c_rows + l_rows + r_rows
-    best, reason = choose_winner(rows)
-    if best is not None:
-        best.winner = True
-    winner = best.changes if best is not None else base.changes()
-    notes.extend(_skip_notes(rows))
     say("done")
-    return TuneResult(rows, dict(winner), reason, notes, budget_s, budget.elapsed(), device.type)
+    return TuneResult(c_rows + l_rows + r_rows, base.changes(), "", notes, budget_s,
+                      budget.elapsed(), device.type)
 
 
 def _resolve_split(cfg: TrainConfig) -> data.DatasetSplit:
@@ -621,15 +521,6 @@ def _static_notes(cfg: TrainConfig, device: torch.device) -> list[str]:
         notes.append("compute ceilings time the forward pass only; with unfrozen stages the "
                      "backward pass adds to each real run")
     return notes
-
-
-def _skip_notes(rows: Sequence[TuneRow]) -> list[str]:
-    skipped = [r for r in rows if r.skipped]
-    if not skipped:
-        return []
-    names = "; ".join(f"{r.label} ({r.skipped})" for r in skipped[:6])
-    more = f" and {len(skipped) - 6} more" if len(skipped) > 6 else ""
-    return [f"budget ran out: skipped {len(skipped)} measurement(s): {names}{more}"]
 
 
 def write_tuned_config(result: TuneResult, base_cfg: TrainConfig, path: Path) -> TrainConfig:
