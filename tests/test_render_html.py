@@ -16,7 +16,8 @@ import pytest
 
 from stepscope.analysis.compare import compare_summaries
 from stepscope.analysis.timeline import Timeline, load_timeline
-from stepscope.render.html import NVML_NOTE, write_compare_report, write_report
+from stepscope.render.html import NVML_NOTE, SECTIONS, write_report
+from stepscope.render.html_compare import write_compare_report
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
 
@@ -181,3 +182,15 @@ def test_24_hour_run_report_is_small_and_fast(tmp_path: Path) -> None:
     size, seconds = bench.measure(run_dir)
     assert size <= 5_000_000
     assert seconds <= 10.0
+
+
+def test_nav_and_body_come_from_one_section_list(small_run: Any, tmp_path: Path) -> None:
+    """Every nav link points at a section on the page, in the page's order (SECTIONS)."""
+    _, tl, summary = small_run
+    html = write_report(tmp_path / "report.html", summary, tl, [], {}).read_text()
+    nav = re.findall(r'<a href="#([a-z]+)">', html.split("<nav>")[1].split("</nav>")[0])
+    ids = re.findall(r'<section id="([a-z]+)">', html)
+    assert nav == [a for a in ids if a in nav]  # same order
+    assert set(nav) <= set(ids)
+    assert "explain" not in nav  # no answers: no section, no dangling link
+    assert ids == [s.anchor for s in SECTIONS if s.anchor in ids]

@@ -270,7 +270,8 @@ def compare(
     """
     from stepscope.analysis import summary as summ
     from stepscope.analysis.compare import compare_summaries
-    from stepscope.render import html, terminal
+    from stepscope.render import terminal
+    from stepscope.render.html_compare import write_compare_report
 
     a, b = summ.write_summary(run_a), summ.write_summary(run_b)
     cmp = compare_summaries(a, b)
@@ -281,7 +282,7 @@ def compare(
     else:
         console.print(terminal.comparison_table(cmp))
     if html_out is not None:
-        html.write_compare_report(html_out, cmp, a, b)
+        write_compare_report(html_out, cmp, a, b)
         (err_console if as_json else console).print(f"comparison: {html_out}")
 
 

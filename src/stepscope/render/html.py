@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stepscope.analysis.compare import Comparison
 from stepscope.analysis.fmt import (
     MISSING,
     fmt_bytes,
@@ -22,10 +22,10 @@ from stepscope.analysis.fmt import (
     fmt_num,
     fmt_pct,
     fmt_pct_value,
-    fmt_ratio,
 )
 from stepscope.analysis.timeline import Series, Timeline, sum_series
 from stepscope.atomic import atomic_write_text
+from stepscope.render.html_page import empty, how, page, section
 from stepscope.render.svg import (
     PALETTE,
     PHASE_FILL,
@@ -42,9 +42,11 @@ from stepscope.render.svg import (
 from stepscope.render.terminal import (
     AnswerLike,
     fmt_residency,
-    fmt_verdict,
     phase_verdict,
 )
+
+# A section's title and the HTML parts under it.
+Body = tuple[str, list[str]]
 
 PART_COLORS = {"wait": "#e15759", "copy": "#edc948", "compute": "#4e79a7", "other": "#bab0ac"}
 NVML_NOTE = (
@@ -53,35 +55,6 @@ NVML_NOTE = (
     "The step split below (wait / copy / compute) is the better evidence of what limits speed."
 )
 _MAX_PROCESS_LINES = 6
-
-
-# -- page scaffolding -------------------------------------------------------------------------
-def _css() -> str:
-    return (Path(__file__).parent / "assets" / "report.css").read_text(encoding="utf-8")
-
-
-def _page(title: str, body: Sequence[str]) -> str:
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        f"<title>{esc(title)}</title><style>{_css()}</style></head><body><main>"
-        + "\n".join(body)
-        + "<footer>Made by stepscope. Every figure comes from a run's database (run.db, in its "
-        "run directory); byte figures are decimal (1 MB = 10⁶ bytes).</footer></main></body>"
-        "</html>\n"
-    )
-
-
-def _section(anchor: str, title: str, *parts: str) -> str:
-    return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>{"".join(parts)}</section>'
-
-
-def _how(text: str) -> str:
-    return f'<p class="how">{esc(text)}</p>'
-
-
-def _empty(text: str) -> str:
-    return f'<p class="empty">{esc(text)}</p>'
 
 
 def _when(t: float | None) -> str:
@@ -126,13 +99,13 @@ def _named(tl: Timeline, pairs: Iterable[tuple[str, str, str]], scale: float = 1
 
 
 # -- sections: utilization -----------------------------------------------------------------------
-def _cpu_section(tl: Timeline) -> str:
+def _cpu_section(tl: Timeline) -> Body:
     parts = []
     host = tl.get("host", "cpu_util_pct")
     if host is not None:
         parts.append(_chart(tl, [_line(host, "all cores (mean)", PALETTE[0], width=2)],
                             unit="pct", y_label="CPU busy (%)", y_max=100.0))
-        parts.append(_how("The machine's CPU: 100 % means every core was busy. The light band "
+        parts.append(how("The machine's CPU: 100 % means every core was busy. The light band "
                           "around the line spans the lowest and highest sample in each time "
                           "slice, so short bursts stay visible. Blue background: training; "
                           "orange: validation."))
@@ -141,11 +114,11 @@ def _cpu_section(tl: Timeline) -> str:
         rows = [(c, tl.series[(c, "cpu_util_pct")].t, tl.series[(c, "cpu_util_pct")].mean)
                 for c in cores]
         parts.append(heatmap(rows, tl.t0, tl.t1, y_label="CPU per core"))
-        parts.append(_how("One row per core; darker red = busier (white = idle, dark red = "
+        parts.append(how("One row per core; darker red = busier (white = idle, dark red = "
                           "100 %). A few dark rows and many pale ones mean the work does not "
                           "spread over the cores."))
     parts.append(_process_cpu(tl))
-    return _section("cpu", "CPU", *parts) if parts else ""
+    return "CPU", parts
 
 
 def _process_cpu(tl: Timeline) -> str:
@@ -169,39 +142,38 @@ def _process_cpu(tl: Timeline) -> str:
     if children is not None:
         lines.append(_line(children, "other child processes (sum)", PALETTE[5]))
     if not lines:
-        return _empty("No per-process CPU was recorded.")
+        return empty("No per-process CPU was recorded.")
     return (_chart(tl, lines, unit="pct", y_label="CPU (100 % = one core)")
-            + _how("CPU time of each process of the training, where 100 % is one core fully "
+            + how("CPU time of each process of the training, where 100 % is one core fully "
                    "busy. DataLoader workers are separate processes: their time is not in the "
                    "main process's figure."))
 
 
-def _gpu_section(tl: Timeline) -> str:
+def _gpu_section(tl: Timeline) -> Body:
     gpus = [s for s in tl.sources("util_pct", "gpu") if ":" not in s]
     if not gpus:
         notes = [n for n in tl.notes if n[1].startswith(("gpu", "nvml"))]
         text = "No GPU was recorded in this run" + (
             ": " + "; ".join(n[2] for n in notes) if notes else ".")
-        return _section("gpu", "GPU", _empty(text))
+        return "GPU", [empty(text)]
     util = _named(tl, [(g, "util_pct", f"{g} utilization (NVML)") for g in gpus])
     util += _named(tl, [(g, "mem_util_pct", f"{g} memory-bus utilization") for g in gpus])
     mem_pairs = [(g, "mem_used_bytes", f"{g} used (NVML, all processes)") for g in gpus]
     for src in tl.sources("allocated_bytes", "torch:"):
         mem_pairs += [(src, "reserved_bytes", f"{src} reserved by PyTorch's allocator"),
                       (src, "allocated_bytes", f"{src} allocated by tensors")]
-    return _section(
-        "gpu", "GPU",
+    return "GPU", [
         f'<p class="note">{esc(NVML_NOTE)}</p>',
         _chart(tl, util, unit="pct", y_label="GPU utilization (%)", y_max=100.0),
-        _how("Share of each sampling interval in which the GPU ran at least one kernel."),
+        how("Share of each sampling interval in which the GPU ran at least one kernel."),
         _chart(tl, _named(tl, mem_pairs), unit="bytes", y_label="GPU memory"),
-        _how("What nvidia-smi shows (used) against what the framework holds (reserved) and what "
+        how("What nvidia-smi shows (used) against what the framework holds (reserved) and what "
              "tensors really use (allocated). A gap between used and reserved is the CUDA "
              "context and other processes."),
-    )
+    ]
 
 
-def _disk_section(tl: Timeline) -> str:
+def _disk_section(tl: Timeline) -> Body:
     lines = _named(tl, [("tree", "read_rate_bytes_per_s", "physical reads from disk (training)"),
                         ("tree", "cache_read_rate_bytes_per_s", "reads served by the page cache")])
     lines += _named(tl, [(d, "read_bytes_per_s", f"{d[5:]} device total (all processes)")
@@ -209,54 +181,52 @@ def _disk_section(tl: Timeline) -> str:
     for i, ln in enumerate(lines):
         ln.color = PALETTE[(2, 3, 0, 4)[i % 4]]
     if not lines:
-        return _section("disk", "Disk reads", _empty("No disk I/O was recorded."))
-    return _section(
-        "disk", "Disk reads",
+        return "Disk reads", [empty("No disk I/O was recorded.")]
+    return "Disk reads", [
         _chart(tl, lines, unit="bytes_per_s", y_label="read rate"),
-        _how("Red: bytes the training's processes read from the storage device. Green: bytes "
+        how("Red: bytes the training's processes read from the storage device. Green: bytes "
              "they read that the operating system served from its page cache (memory) instead. "
              "Once the dataset is cached, red drops to zero while green stays: the program "
              "still reads every file, the disk does not."),
         _residency(tl),
-    )
+    ]
 
 
 def _residency(tl: Timeline) -> str:
     s = tl.get("pagecache", "dataset_resident_frac")
     if s is None:
-        return _empty("Page-cache residency of the dataset was not recorded.")
+        return empty("Page-cache residency of the dataset was not recorded.")
     return (
         "<h3>Dataset in the page cache</h3>"
         + _chart(tl, [_line(s, "dataset files resident in the page cache", PALETTE[3], 100.0,
                             2)], unit="pct", y_label="dataset cached (%)", y_max=100.0,
                  height=190)
-        + _how("Share of the dataset's bytes held in the operating system's page cache (checked "
+        + how("Share of the dataset's bytes held in the operating system's page cache (checked "
                "with mincore). At 100 % every file read is served from memory.")
     )
 
 
-def _memory_section(tl: Timeline) -> str:
+def _memory_section(tl: Timeline) -> Body | None:
     lines = _named(tl, [("host", "mem_used_bytes", "machine: used"),
                         ("host", "mem_cached_bytes", "machine: page cache"),
                         ("tree", "rss_bytes", "training processes: RSS (shared pages counted "
                                               "per process)"),
                         ("tree", "uss_bytes", "training processes: USS (own pages)")])
     if not lines:
-        return ""
-    return _section(
-        "memory", "Host memory",
+        return None
+    return "Host memory", [
         _chart(tl, lines, unit="bytes", y_label="memory"),
-        _how("Machine memory in use and in the page cache, and the training's processes. "
+        how("Machine memory in use and in the page cache, and the training's processes. "
              "Forked DataLoader workers share most pages with the main process, so their RSS "
              "counts the same pages again; USS counts each page once."),
-    )
+    ]
 
 
 # -- sections: steps and phases -------------------------------------------------------------------
 def _step_time_chart(tl: Timeline) -> str:
     st = tl.steps
     if not st.t:
-        return _empty("No steps were recorded.")
+        return empty("No steps were recorded.")
     parts = [("wait", st.data_wait_mean), ("copy", st.transfer_mean),
              ("compute", st.compute_mean), ("other", st.other_mean)]
     acc = [0.0] * len(st.t)
@@ -267,7 +237,7 @@ def _step_time_chart(tl: Timeline) -> str:
     lines.append(Line("slowest step in the slice", st.t, [1000 * v for v in st.wall_max],
                       color="#222", width=0.8))
     return (_chart(tl, lines, unit="ms", y_label="time per step (ms)")
-            + _how("Each step's time, split: red = waiting for the data loader, yellow = copying "
+            + how("Each step's time, split: red = waiting for the data loader, yellow = copying "
                    "the batch to the device, blue = forward + backward + optimizer, grey = the "
                    "rest of the loop. Stacked areas are means per time slice; the thin black "
                    "line is the slowest step in the slice."))
@@ -294,7 +264,7 @@ def _phase_breakdown(summary: dict[str, Any], tl: Timeline) -> str:
         return ""
     return (bar_chart(groups, unit="ms", y_label="ms per step", stacked=True)
             + legend([(_PART_LABEL[k], c, "box") for k, c in PART_COLORS.items()])
-            + _how("Mean time per step in each epoch and phase (warm-up steps left out), split "
+            + how("Mean time per step in each epoch and phase (warm-up steps left out), split "
                    "into its parts. A tall red part means the model waits for data: the input "
                    "pipeline, not the model, sets the speed."))
 
@@ -311,7 +281,7 @@ def _throughput(summary: dict[str, Any]) -> str:
               for e, d in sorted(epochs.items())]
     return (bar_chart(groups, unit="img/s", y_label="images per second", stacked=False)
             + legend([("train", colors["train"], "box"), ("validation", colors["val"], "box")])
-            + _how("Images processed per second in each epoch's training and validation phase. "
+            + how("Images processed per second in each epoch's training and validation phase. "
                    "Validation is usually faster: no augmentation and no backward pass."))
 
 
@@ -334,22 +304,22 @@ def _phase_table(summary: dict[str, Any]) -> str:
         tds += "".join(f"<td>{esc(c)}</td>" for c in more)
         rows.append(f"<tr>{tds}</tr>")
     if not rows:
-        return _empty("No phases were recorded.")
+        return empty("No phases were recorded.")
     ths = "".join(f'<th class="{"l" if h in ("phase", "verdict") else ""}">{esc(h)}</th>'
                   for h in head)
     return (f"<table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            + _how("wait / copy / compute: shares of step time. Verdict: what limits the phase "
+            + how("wait / copy / compute: shares of step time. Verdict: what limits the phase "
                    "(input-bound = waiting for data; in brackets, why: storage, CPU or too few "
                    "workers). Disk read: bytes from the device; cached read: bytes served from "
                    "the page cache; dataset cached: at the phase's start → end."))
 
 
 # -- sections: memory ledger, findings, explanation, configuration ---------------------------------
-def _ledger(summary: dict[str, Any]) -> str:
+def _ledger(summary: dict[str, Any]) -> Body:
     mem = summary.get("memory") or {}
     ledger = mem.get("ledger") or []
     if not ledger and mem.get("total_bytes") is None:
-        return _section("ledger", "Memory ledger", _empty("No memory ledger was recorded."))
+        return "Memory ledger", [empty("No memory ledger was recorded.")]
     items = [(str(r.get("item")), float(r.get("bytes") or 0.0), PALETTE[i % 8])
              for i, r in enumerate(ledger)]
     if mem.get("unattributed_bytes"):
@@ -363,15 +333,14 @@ def _ledger(summary: dict[str, Any]) -> str:
                  "the items above</td></tr>")
     rows += (f"<tr><th class=\"l\">total</th><th>{esc(fmt_bytes(mem.get('total_bytes')))}</th>"
              "<th class=\"l\">what the device reports in use</th></tr>")
-    return _section(
-        "ledger", f"Memory ledger: {mem.get('device') or ''}",
+    return f"Memory ledger: {mem.get('device') or ''}", [
         waterfall(items, mem.get("total_bytes"), unit="bytes", y_label="memory"),
-        _how("Each bar starts where the previous one ended, so the items add up to the total "
+        how("Each bar starts where the previous one ended, so the items add up to the total "
              "the device reports (the dark bar). “unattributed” is what no measurement "
              "explains."),
         f"<table><thead><tr><th class=\"l\">item</th><th>bytes</th><th class=\"l\">how measured"
         f"</th></tr></thead><tbody>{rows}</tbody></table>",
-    )
+    ]
 
 
 def _evidence(ev: Any) -> str:
@@ -382,7 +351,7 @@ def _evidence(ev: Any) -> str:
     return esc(ev if ev is not None else "")
 
 
-def _findings(summary: dict[str, Any]) -> str:
+def _findings(summary: dict[str, Any]) -> Body:
     out = []
     for f in summary.get("findings") or []:
         sev = str(f.get("severity") or "info")
@@ -391,15 +360,15 @@ def _findings(summary: dict[str, Any]) -> str:
         dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows if v)
         out.append(f'<div class="finding {esc(sev)}"><span class="sev">{esc(sev)}</span>'
                    f"<h3>{esc(f.get('title') or f.get('id'))}</h3><dl>{dl}</dl></div>")
-    return _section("findings", "Findings", *(out or [_empty("Nothing measured stands out.")]))
+    return "Findings", out or [empty("Nothing measured stands out.")]
 
 
-def _explanation(answers: Sequence[AnswerLike]) -> str:
+def _explanation(answers: Sequence[AnswerLike]) -> Body | None:
     out = []
     for a in answers:
         paras = "".join(f"<p>{esc(p)}</p>" for p in str(a.text).split("\n\n") if p.strip())
         out.append(f'<div class="answer"><h3>{esc(a.title)}</h3>{paras}</div>')
-    return _section("explain", "Why the machine behaved so", *out) if out else ""
+    return ("Why the machine behaved so", out) if out else None
 
 
 def _flatten(d: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -412,11 +381,11 @@ def _flatten(d: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix or "(value)", text)]
 
 
-def _config(config: dict[str, Any]) -> str:
+def _config(config: dict[str, Any]) -> Body:
     rows = "".join(f'<tr><td class="l mono">{esc(k)}</td><td class="wrap mono">{esc(v)}</td></tr>'
                    for k, v in _flatten(config))
-    body = f"<table><tbody>{rows}</tbody></table>" if rows else _empty("No configuration.")
-    return _section("config", "Configuration", body)
+    body = f"<table><tbody>{rows}</tbody></table>" if rows else empty("No configuration.")
+    return "Configuration", [body]
 
 
 def _processes(tl: Timeline) -> str:
@@ -448,7 +417,8 @@ def _train_rate(summary: dict[str, Any], phase: str) -> float | None:
     return images / secs if secs else None
 
 
-def _header(summary: dict[str, Any], tl: Timeline | None) -> str:
+def _header(summary: dict[str, Any], tl: Timeline | None, nav_links: Sequence[tuple[str, str]]
+            ) -> str:
     run = summary.get("run") or {}
     started, ended = run.get("started"), run.get("ended")
     span = (ended - started) if started and ended else (tl.t1 - tl.t0 if tl else 0.0)
@@ -460,10 +430,7 @@ def _header(summary: dict[str, Any], tl: Timeline | None) -> str:
              (fmt_pct(summary.get("monitor_overhead_frac")), "cost of monitoring")]
     card_html = "".join(f'<div class="card"><b>{esc(v)}</b><span>{esc(k)}</span></div>'
                         for v, k in cards)
-    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
-        ("phases", "Phases"), ("findings", "Findings"), ("explain", "Why"), ("steps", "Steps"),
-        ("cpu", "CPU"), ("gpu", "GPU"), ("disk", "Disk"), ("memory", "Memory"),
-        ("ledger", "Ledger"), ("config", "Configuration")))
+    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in nav_links)
     return (f"<h1>Run {esc(run.get('name') or (tl.run_name if tl else '?'))}</h1>"
             f"<p class=\"sub\">{esc(run.get('status') or '?')} · device "
             f"{esc(run.get('device') or '?')} · started {esc(_when(started))} · command "
@@ -471,26 +438,69 @@ def _header(summary: dict[str, Any], tl: Timeline | None) -> str:
             f"<nav>{nav}</nav><div class=\"cards\">{card_html}</div>")
 
 
+# -- the sections, registered once: the page's order, its anchors and the nav come from here ------
+@dataclass(frozen=True)
+class ReportInput:
+    """Everything a section may show."""
+
+    summary: dict[str, Any]
+    timeline: Timeline
+    answers: Sequence[AnswerLike]
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of the report: its anchor, its nav label (None: not in the nav), and what
+    builds its title and body (None when the run recorded nothing for it)."""
+
+    anchor: str
+    nav: str | None
+    build: Callable[[ReportInput], Body | None]
+
+
+def _phases(r: ReportInput) -> Body:
+    return "Epochs and phases", [_phase_table(r.summary)]
+
+
+def _steps(r: ReportInput) -> Body:
+    return "Where step time goes", [
+        _step_time_chart(r.timeline), "<h3>Per epoch and phase</h3>",
+        _phase_breakdown(r.summary, r.timeline), "<h3>Throughput per epoch</h3>",
+        _throughput(r.summary)]
+
+
+def _processes_and_notes(r: ReportInput) -> Body:
+    return "Processes and notes", [_processes(r.timeline), _notes(r.timeline)]
+
+
+# To add a section: write its builder above and register it here, nowhere else.
+SECTIONS: tuple[Section, ...] = (
+    Section("phases", "Phases", _phases),
+    Section("findings", "Findings", lambda r: _findings(r.summary)),
+    Section("explain", "Why", lambda r: _explanation(r.answers)),
+    Section("steps", "Steps", _steps),
+    Section("cpu", "CPU", lambda r: _cpu_section(r.timeline)),
+    Section("gpu", "GPU", lambda r: _gpu_section(r.timeline)),
+    Section("disk", "Disk", lambda r: _disk_section(r.timeline)),
+    Section("memory", "Memory", lambda r: _memory_section(r.timeline)),
+    Section("ledger", "Ledger", lambda r: _ledger(r.summary)),
+    Section("processes", None, _processes_and_notes),
+    Section("config", "Configuration", lambda r: _config(r.config)),
+)
+
+
 # -- public API ------------------------------------------------------------------------------------
 def render_report(summary: dict[str, Any], timeline: Timeline, answers: Sequence[AnswerLike],
                   config: dict[str, Any]) -> str:
     """The report as one HTML string (see :func:`write_report`)."""
-    tl = timeline
-    body = [
-        _header(summary, tl),
-        _section("phases", "Epochs and phases", _phase_table(summary)),
-        _findings(summary),
-        _explanation(answers),
-        _section("steps", "Where step time goes", _step_time_chart(tl),
-                 "<h3>Per epoch and phase</h3>", _phase_breakdown(summary, tl),
-                 "<h3>Throughput per epoch</h3>", _throughput(summary)),
-        _cpu_section(tl), _gpu_section(tl), _disk_section(tl), _memory_section(tl),
-        _ledger(summary),
-        _section("processes", "Processes and notes", _processes(tl), _notes(tl)),
-        _config(config),
-    ]
-    return _page(f"stepscope · {(summary.get('run') or {}).get('name') or tl.run_name}",
-                 [b for b in body if b])
+    inp = ReportInput(summary, timeline, answers, config)
+    built = [(s, b) for s in SECTIONS if (b := s.build(inp)) is not None]
+    nav = [(s.anchor, s.nav) for s, _ in built if s.nav]
+    html = [_header(summary, timeline, nav)]
+    html += [section(s.anchor, title, *parts) for s, (title, parts) in built]
+    return page(f"stepscope · {(summary.get('run') or {}).get('name') or timeline.run_name}",
+                html)
 
 
 def write_report(path: Path, summary: dict[str, Any], timeline: Timeline,
@@ -512,88 +522,3 @@ def write_report(path: Path, summary: dict[str, Any], timeline: Timeline,
         ...     path = write_report(RunDir(run_dir).report, summary, load_timeline(r), explain(summary), cfg)
     """
     return atomic_write_text(Path(path), render_report(summary, timeline, answers, config))
-
-
-# -- comparison report -------------------------------------------------------------------------------
-def _compare_rows(cmp: Comparison) -> str:
-    rows = []
-    for p in cmp.phases:
-        a_v = fmt_verdict(p.a_verdict, p.a_input_cause)
-        b_v = fmt_verdict(p.b_verdict, p.b_input_cause)
-        cells = [p.epoch, p.phase, fmt_num(p.a_images_per_s), fmt_num(p.b_images_per_s),
-                 fmt_ratio(p.ratio), fmt_pct(p.a_data_wait_frac), fmt_pct(p.b_data_wait_frac)]
-        verdict = f"{a_v} → {b_v}" if p.verdict_changed else a_v
-        rows.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells)
-                    + f'<td class="l">{"<b>" if p.verdict_changed else ""}{esc(verdict)}'
-                    f'{"</b>" if p.verdict_changed else ""}</td></tr>')
-    head = "".join(f"<th>{h}</th>" for h in ("epoch", "phase", "a img/s", "b img/s", "b ÷ a",
-                                             "a wait", "b wait"))
-    return (f"<table><thead><tr>{head}<th class=\"l\">verdict a → b</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
-
-
-def _compare_memory(cmp: Comparison) -> str:
-    rows = "".join(
-        f"<tr><td class=\"l\">{esc(d.item)}</td><td>{esc(fmt_bytes(d.a_bytes))}</td>"
-        f"<td>{esc(fmt_bytes(d.b_bytes))}</td><td>{esc(fmt_bytes(d.delta_bytes))}</td></tr>"
-        for d in cmp.memory)
-    rows += (f"<tr><th class=\"l\">total</th><th>{esc(fmt_bytes(cmp.memory_total_a))}</th>"
-             f"<th>{esc(fmt_bytes(cmp.memory_total_b))}</th><th></th></tr>")
-    return ("<table><thead><tr><th class=\"l\">item</th><th>a</th><th>b</th><th>b − a</th>"
-            f"</tr></thead><tbody>{rows}</tbody></table>")
-
-
-def _run_line(summary: dict[str, Any]) -> str:
-    run = summary.get("run") or {}
-    command = f" (<code>{esc(run['command'])}</code>)" if run.get("command") else ""
-    return f"{esc(run.get('name') or '?')}{command}"
-
-
-def render_compare_report(cmp: Comparison, a_summary: dict[str, Any],
-                          b_summary: dict[str, Any]) -> str:
-    """The comparison report as one HTML string (see :func:`write_compare_report`)."""
-    colors = (PALETTE[9], PALETTE[0])
-    groups = [(f"{p.epoch} {p.phase}", [Bar(f"a: {cmp.a_name}", p.a_images_per_s or 0.0,
-                                            colors[0]),
-                                        Bar(f"b: {cmp.b_name}", p.b_images_per_s or 0.0,
-                                            colors[1])]) for p in cmp.phases]
-    waits = [(f"{p.epoch} {p.phase}", [Bar("a", 100 * (p.a_data_wait_frac or 0.0), colors[0]),
-                                       Bar("b", 100 * (p.b_data_wait_frac or 0.0), colors[1])])
-             for p in cmp.phases]
-    keys = legend([(f"a: {cmp.a_name}", colors[0], "box"), (f"b: {cmp.b_name}", colors[1], "box")])
-    cards = [(fmt_ratio(cmp.train_ratio), "training img/s, b ÷ a"),
-             (fmt_ratio(cmp.val_ratio), "validation img/s, b ÷ a"),
-             (f"{fmt_num(cmp.train_images_per_s_a)} → {fmt_num(cmp.train_images_per_s_b)}",
-              "training img/s, a → b")]
-    resolved = ", ".join(cmp.findings_resolved) or "none"
-    new = ", ".join(cmp.findings_new) or "none"
-    body = [
-        f"<h1>{esc(cmp.b_name)} against {esc(cmp.a_name)}</h1>",
-        f"<p class=\"sub\">a: {_run_line(a_summary)} · b: {_run_line(b_summary)}</p>",
-        "<div class=\"cards\">" + "".join(f'<div class="card"><b>{esc(v)}</b><span>{esc(k)}'
-                                          "</span></div>" for v, k in cards) + "</div>",
-        _section("speed", "Throughput per epoch and phase",
-                 bar_chart(groups, unit="img/s", y_label="images per second", stacked=False),
-                 keys, _how("Higher is faster. Phases are matched by epoch number.")),
-        _section("wait", "Share of step time waiting for data",
-                 bar_chart(waits, unit="pct", y_label="waiting for data (%)", stacked=False),
-                 keys, _how("Lower is better: time the model sat idle waiting for a batch.")),
-        _section("table", "Phase by phase", _compare_rows(cmp)),
-        _section("memory", "Memory ledger", _compare_memory(cmp)),
-        _section("findings", "Findings",
-                 f"<p>Resolved in b: {esc(resolved)}. New in b: {esc(new)}.</p>"),
-    ]
-    return _page(f"stepscope compare · {cmp.b_name} vs {cmp.a_name}", body)
-
-
-def write_compare_report(path: Path, cmp: Comparison, a_summary: dict[str, Any],
-                         b_summary: dict[str, Any]) -> Path:
-    """Write the comparison of two runs as one self-contained HTML file at ``path``.
-
-    Examples:
-        >>> cmp = compare_summaries(a, b)
-        >>> write_compare_report(Path("compare.html"), cmp, a, b)
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write_text(path, render_compare_report(cmp, a_summary, b_summary))
