@@ -42,7 +42,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "inline_spare_core": {"workers": 0, "item_burn_ms": 5, "compute_burn_ms": 10},
     # A collate_fn that takes 40 ms, in the training process (workers=0).
     "main_collate": {"workers": 0, "collate_sleep_ms": 40, "compute_sleep_ms": 10},
-    "compute_bound": {"workers": 1, "compute_sleep_ms": 40, "batches": 30},
+    # The model 80 ms a batch, loading nothing: well clear of the scheduling latency of a
+    # loaded host (receiving a batch from a worker needs that worker to be scheduled).
+    "compute_bound": {"workers": 2, "compute_sleep_ms": 80, "batches": 25},
     # A big host-side conversion and copy every step (uint8 → float, 8×3×384×384).
     "transfer_bound": {"workers": 0, "big": True, "copy_sleep_ms": 40, "compute_sleep_ms": 5,
                        "batches": 30},
@@ -51,7 +53,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                   "batches": 60},
     "few_steps": {"workers": 0, "item_sleep_ms": 8, "compute_sleep_ms": 5, "batches": 10},
     # Validation run inside the training epoch, at its 20th step.
-    "val_inside_train": {"workers": 1, "compute_sleep_ms": 30, "val_at": 20},
+    "val_inside_train": {"workers": 2, "compute_sleep_ms": 80, "val_at": 12, "batches": 25},
     # Two loaders zipped, the second slow (one worker, 8 ms an item).
     "two_loaders": {"workers": 1, "item_sleep_ms": 8, "compute_sleep_ms": 8, "two": True},
     # Worker start-up (1.5 s each time workers start) against ~1.5 s of steps per epoch.

@@ -26,6 +26,7 @@ from stepscope.analysis.fmt import (
 from stepscope.analysis.timeline import Series, Timeline, sum_series
 from stepscope.atomic import atomic_write_text
 from stepscope.render.html_page import empty, how, page, section
+from stepscope.render.input_charts import input_section_parts, throughput_chart
 from stepscope.render.svg import (
     PALETTE,
     PHASE_FILL,
@@ -270,19 +271,7 @@ def _phase_breakdown(summary: dict[str, Any], tl: Timeline) -> str:
 
 
 def _throughput(summary: dict[str, Any]) -> str:
-    epochs: dict[int, dict[str, float]] = {}
-    for p in summary.get("phases") or []:
-        if p.get("images_per_s") is not None:
-            epochs.setdefault(int(p["epoch"]), {})[str(p["phase"])] = float(p["images_per_s"])
-    if not epochs:
-        return ""
-    colors = {"train": PALETTE[0], "val": PALETTE[1]}
-    groups = [(f"epoch {e}", [Bar(ph, v, colors.get(ph, PALETTE[4])) for ph, v in d.items()])
-              for e, d in sorted(epochs.items())]
-    return (bar_chart(groups, unit="img/s", y_label="images per second", stacked=False)
-            + legend([("train", colors["train"], "box"), ("validation", colors["val"], "box")])
-            + how("Images processed per second in each epoch's training and validation phase. "
-                   "Validation is usually faster: no augmentation and no backward pass."))
+    return throughput_chart(summary, {"train": PALETTE[0], "val": PALETTE[1]})
 
 
 def _phase_table(summary: dict[str, Any]) -> str:
@@ -422,8 +411,9 @@ def _header(summary: dict[str, Any], tl: Timeline | None, nav_links: Sequence[tu
     run = summary.get("run") or {}
     started, ended = run.get("started"), run.get("ended")
     span = (ended - started) if started and ended else (tl.t1 - tl.t0 if tl else 0.0)
+    # One definition of images/s everywhere (stated under the throughput chart).
     cards = [(fmt_num(_train_rate(summary, "train")), "training images / s (all epochs)"),
-             (fmt_num(_train_rate(summary, "val")), "validation images / s"),
+             (fmt_num(_train_rate(summary, "val")), "validation images / s (all epochs)"),
              (fmt_duration(span), "wall time"),
              (fmt_bytes((summary.get("memory") or {}).get("total_bytes")), "memory in use "
               f"({(summary.get('memory') or {}).get('device') or '?'})"),
@@ -480,6 +470,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("findings", "Findings", lambda r: _findings(r.summary)),
     Section("explain", "Why", lambda r: _explanation(r.answers)),
     Section("steps", "Steps", _steps),
+    Section("input", "Input", lambda r: ("Input pipeline", input_section_parts(r.summary))),
     Section("cpu", "CPU", lambda r: _cpu_section(r.timeline)),
     Section("gpu", "GPU", lambda r: _gpu_section(r.timeline)),
     Section("disk", "Disk", lambda r: _disk_section(r.timeline)),
