@@ -42,10 +42,13 @@ def _ms_of(v: float | None) -> str:
 
 
 _CAUSE_WORDS = {
-    "cpu": "the CPU preparing images (decoding and augmenting them) could not keep up",
+    "cpu": "the CPU preparing images (decoding and augmenting them) could not keep up: the "
+           "cores this job may use were all taken, so more workers cannot help",
     "storage": "the loader waited on the disk",
-    "workers": "the DataLoader workers had time to spare yet the loop waited: too few workers "
-               "or too little prefetch",
+    "workers": "the job had cores to spare yet the loop waited: too few DataLoader workers (or "
+               "workers started again every phase)",
+    "main-process": "the training process itself did the loader's per-batch work (collate, "
+                    "pin-memory) while the loop waited",
 }
 
 
@@ -65,7 +68,7 @@ def headline(s: Summary) -> tuple[str, str] | None:
     if v == "input-bound":
         text = f"{kind} was input-bound: {fmt_pct(agg['data_wait_frac'])} of every step waited for data"
         if agg.get("input_cause"):
-            text += f"; {_CAUSE_WORDS[agg['input_cause']]}"
+            text += f"; {_CAUSE_WORDS.get(agg['input_cause'], agg['input_cause'])}"
             if agg.get("input_evidence"):
                 text += " (" + "; ".join(agg["input_evidence"]) + ")"
         text += "."
