@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis.timeline import load_timeline
-from stepscope.render.trace import MACHINE_PID, TID_STEPS, write_trace
+from stepscope.analysis.timeline import Timeline, load_timeline
+from stepscope.render.trace import MACHINE_PID, MAX_POINTS, MAX_STEPS, TID_STEPS, write_trace
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
 
@@ -30,6 +30,10 @@ def _run(run_dir: Path, n_steps: int = 50) -> Path:
     return run_dir
 
 
+def _tl(r: RunReader, max_steps: int = MAX_STEPS) -> Timeline:
+    return load_timeline(r, max_points=MAX_POINTS, max_step_spans=max_steps)
+
+
 def _load(path: Path) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(path.read_text())
     return doc
@@ -37,7 +41,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 def test_trace_is_valid_trace_event_json(tmp_path: Path) -> None:
     with RunReader(_run(tmp_path / "r")) as r:
-        doc = _load(write_trace(tmp_path / "trace.json", r))
+        doc = _load(write_trace(tmp_path / "trace.json", _tl(r)))
     events = doc["traceEvents"]
     assert {e["ph"] for e in events} == {"M", "X", "C"}
     for e in events:
@@ -49,7 +53,7 @@ def test_trace_is_valid_trace_event_json(tmp_path: Path) -> None:
 
 def test_steps_nest_their_parts_in_order(tmp_path: Path) -> None:
     with RunReader(_run(tmp_path / "r")) as r:
-        events = _load(write_trace(tmp_path / "t.json", r))["traceEvents"]
+        events = _load(write_trace(tmp_path / "t.json", _tl(r)))["traceEvents"]
     steps = [e for e in events if e.get("cat") == "step"]
     parts = [e for e in events if e.get("cat") == "step-part"]
     assert len(steps) == 50 and len(parts) == 200
@@ -66,7 +70,7 @@ def test_steps_nest_their_parts_in_order(tmp_path: Path) -> None:
 
 def test_worker_gets_its_own_counter_track(tmp_path: Path) -> None:
     with RunReader(_run(tmp_path / "r")) as r:
-        events = _load(write_trace(tmp_path / "t.json", r))["traceEvents"]
+        events = _load(write_trace(tmp_path / "t.json", _tl(r)))["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert names[11].startswith("worker: pt_data_worker") and names[10].startswith("main")
     counters = [e for e in events if e["ph"] == "C"]
@@ -77,7 +81,7 @@ def test_worker_gets_its_own_counter_track(tmp_path: Path) -> None:
 def test_many_steps_are_merged_and_said_so(tmp_path: Path) -> None:
     run_dir = _run(tmp_path / "r", n_steps=100)
     with RunReader(run_dir) as r:
-        doc = _load(write_trace(tmp_path / "t.json", r, max_steps=10))
+        doc = _load(write_trace(tmp_path / "t.json", _tl(r, max_steps=10)))
         tl = load_timeline(r)
     steps = [e for e in doc["traceEvents"] if e.get("cat") == "step"]
     assert len(steps) <= 11 and sum(e["args"]["steps"] for e in steps) == 100

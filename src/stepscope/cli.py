@@ -105,6 +105,7 @@ def data_synth(
 # -- train --------------------------------------------------------------------------------------
 @app.command()
 def train(
+    ctx: typer.Context,
     csv: Annotated[Path | None, Opt(help="CSV with file names and classes (flow_from_dataframe layout).")] = None,
     val_csv: Annotated[Path | None, Opt(help="Validation CSV; without it --val-split splits --csv.")] = None,
     images: Annotated[Path | None, Opt(help="Folder the CSV's file names are relative to.")] = None,
@@ -156,7 +157,8 @@ def train(
         from stepscope.train.distributed import launch_local, without_flag
 
         raise typer.Exit(launch_local(nproc, without_flag(sys.argv[1:], "--nproc")))
-    cfg = _resolve_train_flags(dict(locals()))
+    # The parsed flags by name, as click holds them (tune parses its pass-through flags the same way).
+    cfg = _resolve_train_flags(ctx.params)
     live = None
     if tensorboard is not None and cfg.monitor and os.environ.get("RANK", "0") == "0":
         import dataclasses
@@ -211,11 +213,13 @@ def report(
     """
     _finish_run(run_dir, as_json=as_json, tensorboard=tensorboard)
     if trace:
-        from stepscope.render.trace import write_trace
+        from stepscope.analysis.timeline import load_timeline
+        from stepscope.render.trace import MAX_POINTS, MAX_STEPS, write_trace
         from stepscope.store.db import RunReader
 
         with RunReader(run_dir) as reader:
-            path = write_trace(RunDir(run_dir).trace, reader)
+            tl = load_timeline(reader, max_points=MAX_POINTS, max_step_spans=MAX_STEPS)
+        path = write_trace(RunDir(run_dir).trace, tl)
         console.print(f"trace: {path}  (open in https://ui.perfetto.dev)")
 
 

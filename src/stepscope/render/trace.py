@@ -18,13 +18,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from stepscope.analysis.timeline import StepSpan, Timeline, load_timeline
+from stepscope.analysis.timeline import StepSpan, Timeline
 from stepscope.atomic import atomic_open
 
 MACHINE_PID = 0
 TID_PHASES, TID_STEPS = 1, 2
-DEFAULT_MAX_STEPS = 10_000
-DEFAULT_MAX_POINTS = 1000
+# A trace stays openable: steps kept one by one up to this many, buckets per counter series.
+MAX_STEPS = 10_000
+MAX_POINTS = 1000
 
 
 def _us(tl: Timeline, t: float) -> float:
@@ -114,26 +115,22 @@ def trace_events(tl: Timeline) -> list[dict[str, Any]]:
     return events
 
 
-def write_trace(path: Path, source: Any, *, max_steps: int = DEFAULT_MAX_STEPS,
-                max_points: int = DEFAULT_MAX_POINTS) -> Path:
-    """Write a Chrome Trace Event JSON file for a run.
+def write_trace(path: Path, tl: Timeline) -> Path:
+    """Write a Chrome Trace Event JSON file for a run's timeline.
 
     Args:
-        path: where to write (e.g. ``runs/demo/trace.json``).
-        source: a :class:`~stepscope.analysis.timeline.Timeline`, or an open run reader
-            (``store.db.RunReader``) to load one from.
-        max_steps: steps kept one by one (when ``source`` is a reader); beyond, merged spans.
-        max_points: buckets per counter series (when ``source`` is a reader).
+        path: where to write (e.g. ``RunDir(run_dir).trace``).
+        tl: the run's timeline; for a bounded trace load it with ``max_step_spans=MAX_STEPS``
+            and ``max_points=MAX_POINTS`` (render/ does not read stores: the CLI loads it).
 
     Returns:
         ``path``.
 
     Examples:
-        >>> with RunReader(Path("runs/demo")) as r:
-        ...     write_trace(Path("runs/demo/trace.json"), r)
+        >>> with RunReader(run_dir) as r:  # doctest: +SKIP
+        ...     tl = load_timeline(r, max_points=MAX_POINTS, max_step_spans=MAX_STEPS)
+        >>> write_trace(RunDir(run_dir).trace, tl)  # doctest: +SKIP
     """
-    tl = source if isinstance(source, Timeline) else load_timeline(
-        source, max_points=max_points, max_step_spans=max_steps)
     doc = {
         "traceEvents": trace_events(tl),
         "displayTimeUnit": "ms",
