@@ -54,10 +54,10 @@ def test_zipped_loaders_share_a_phase(tmp_path: Path) -> None:
     # zip stops at the shorter labelled loader (8 batches); one epoch each, not two.
     assert _phases(reader) == [(0, "train", 8), (1, "train", 8)]
     assert _verdict(summary) == "input-bound"
-    # The slow unlabelled loader's ~100 ms per batch is data wait, not "other".
+    # The slow unlabelled loader's ~200 ms per batch is data wait, not "other".
     steady = [s for s in reader.steps() if not s.warmup]
-    assert sum(s.data_wait_s for s in steady) / len(steady) > 0.08
-    assert all(s.other_s < 0.02 for s in steady)
+    assert sum(s.data_wait_s for s in steady) / len(steady) > 0.15
+    assert sum(s.other_s for s in steady) < 0.1 * sum(s.data_wait_s for s in steady)
     _adds_up(reader)
 
 
@@ -80,6 +80,24 @@ def test_gradient_accumulation_steps_are_training(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_timm_multi_epochs_loader_counts_epochs(tmp_path: Path) -> None:
     reader, summary = _run(tmp_path, "timm_multiepoch.py")
+    assert _phases(reader) == [(0, "train", 8), (0, "val", 2), (1, "train", 8), (1, "val", 2)]
+    assert _verdict(summary) == "input-bound"
+    _adds_up(reader)
+
+
+@pytest.mark.slow
+def test_lightning_mid_epoch_validation_keeps_the_epoch(tmp_path: Path) -> None:
+    # watch runs the script in its own process: Lightning never loads into this one.
+    reader, summary = _run(tmp_path, "lightning_val_interval.py")
+    assert _phases(reader) == [(0, "train", 16), (0, "val", 2), (0, "val", 2),
+                               (1, "train", 16), (1, "val", 2), (1, "val", 2)]
+    assert _verdict(summary) == "input-bound"
+    _adds_up(reader)
+
+
+@pytest.mark.slow
+def test_accelerate_one_ahead_loader(tmp_path: Path) -> None:
+    reader, summary = _run(tmp_path, "accelerate_loop.py")
     assert _phases(reader) == [(0, "train", 12), (0, "val", 2), (1, "train", 12), (1, "val", 2)]
     assert _verdict(summary) == "input-bound"
     _adds_up(reader)

@@ -1,6 +1,6 @@
 """Fine-tuning with frozen BatchNorm, as the torchvision fine-tuning tutorial and detection
 references write it: ``model.train()``, then every BatchNorm layer back to ``eval()`` so its
-running statistics stay those of pre-training. Planted cost: the dataset sleeps 6 ms per item
+running statistics stay those of pre-training. Planted cost: the dataset sleeps 20 ms per item
 (workers=0), so training is input-bound. Usage: frozen_bn_finetune.py [EPOCHS]
 """
 
@@ -22,7 +22,7 @@ class SlowImages(Dataset):
         return len(self.x)
 
     def __getitem__(self, i):
-        time.sleep(0.006)  # planted: reading and decoding one image
+        time.sleep(0.02)  # planted: reading and decoding one image
         return self.x[i], self.y[i]
 
 

@@ -1,7 +1,7 @@
 """Gradient accumulation as the Hugging Face and PyTorch docs write it: ``loss /
 accum_steps; loss.backward()`` every batch, ``optimizer.step()`` every ``accum_steps``.
 Every batch is a training step (backward), not only the ones with an optimizer step. Planted
-cost: the dataset sleeps 5 ms per item (workers=0), so training is input-bound.
+cost: the dataset sleeps 15 ms per item (workers=0), so training is input-bound.
 Usage: grad_accumulation.py [EPOCHS]
 """
 
@@ -21,7 +21,7 @@ class Slow(Dataset):
         return len(self.x)
 
     def __getitem__(self, i):
-        time.sleep(0.005)  # planted
+        time.sleep(0.015)  # planted
         return self.x[i], self.y[i]
 
 

@@ -1,8 +1,8 @@
 """A training loop on timm's ``MultiEpochsDataLoader`` (timm's ``create_loader(...,
 use_multi_epochs_loader=True)``): one iterator, created in the loader's constructor, serves every
 epoch, so ``DataLoader.__iter__`` runs once for the whole run. Planted cost: the dataset sleeps
-8 ms per item, 64 ms per 8-image batch per worker, ~32 ms per batch from 2 workers, against
-about a millisecond of compute: input-bound. Usage: timm_multiepoch.py [EPOCHS]
+100 ms per item, 800 ms per 8-image batch per worker, ~400 ms per batch from 2 workers, against
+a few milliseconds of compute (a few hundred on a loaded machine): input-bound. Usage: timm_multiepoch.py [EPOCHS]
 """
 
 import sys
@@ -22,13 +22,13 @@ class Slow(Dataset):
         return len(self.x)
 
     def __getitem__(self, i):
-        time.sleep(0.008)  # planted
+        time.sleep(0.1)  # planted
         return self.x[i], self.y[i]
 
 
 def main():
     epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    train_loader = MultiEpochsDataLoader(Slow(96), batch_size=8, shuffle=True, num_workers=2)
+    train_loader = MultiEpochsDataLoader(Slow(64), batch_size=8, shuffle=True, num_workers=2)
     val_loader = DataLoader(Slow(16), batch_size=8)
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

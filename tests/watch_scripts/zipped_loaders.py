@@ -1,6 +1,6 @@
 """Semi-supervised training in the FixMatch / Mean Teacher style: a labelled and an unlabelled
-loader zipped, one step per pair. Planted cost: the unlabelled dataset sleeps 12 ms per item
-(batch 8, workers=0: ~100 ms per batch), so the unlabelled loader bounds every step and the run
+loader zipped, one step per pair. Planted cost: the unlabelled dataset sleeps 25 ms per item
+(batch 8, workers=0: ~200 ms per batch), so the unlabelled loader bounds every step and the run
 is input-bound. Usage: zipped_loaders.py [EPOCHS]
 """
 
@@ -21,7 +21,7 @@ class SlowUnlabelled(Dataset):
         return len(self.x)
 
     def __getitem__(self, i):
-        time.sleep(0.012)  # planted: the slow unlabelled pipeline
+        time.sleep(0.025)  # planted: the slow unlabelled pipeline
         return self.x[i], 0
 
 

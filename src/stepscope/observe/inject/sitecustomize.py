@@ -57,10 +57,17 @@ def _install(fd_text: str) -> None:
     def imported(name: str) -> None:
         rec.send(["I", name], urgent=True)
 
+    loops: list[object] = []
+
     def torch_hook(module: object) -> None:
         imported("torch")
-        stepscope_watch_torch.install(module, rec, recorder.count_images, stepscope_watch_loop)
+        loops.append(stepscope_watch_torch.install(module, rec, recorder.count_images,
+                                                   stepscope_watch_loop))
         stages.install_torch(module)
+
+    def accelerate_hook(module: object) -> None:
+        if loops:  # accelerate.data_loader imports torch first
+            stepscope_watch_torch.install_accelerate(module, loops[0])
 
     def keras_hook(module: object) -> None:
         imported("keras")
@@ -74,6 +81,7 @@ def _install(fd_text: str) -> None:
         "keras": keras_hook,
         "lightning.pytorch": lightning_hook,
         "pytorch_lightning": lightning_hook,
+        "accelerate.data_loader": accelerate_hook,
         "tensorflow": lambda m: imported("tensorflow"),
         "jax": lambda m: imported("jax"),
         # Loader stages inside the training process and its forked workers.

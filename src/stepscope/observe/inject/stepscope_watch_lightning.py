@@ -1,12 +1,17 @@
 """Lightning hooks for ``stepscope watch``, installed after ``lightning.pytorch`` or
-``pytorch_lightning`` is imported. UNTESTED: Lightning is not installed where stepscope is
-developed; every step is guarded so a mismatch costs the step timing, never the run.
+``pytorch_lightning`` is imported (tested with Lightning 2.6, tests/watch_scripts/
+lightning_val_interval.py); every step is guarded so a mismatch costs the step timing, never
+the run.
 
 ``Trainer.__init__`` gets one more callback; ``Trainer.fit``/``validate``/``test``/``predict``
 mark a framework loop, so the plain-PyTorch DataLoader and optimizer hooks stand aside while
 Lightning's own hooks time the steps: train epoch start opens a train phase, validation epoch
-start a val phase of the current epoch (sanity-check validation is not recorded); data wait runs
-from the previous batch end to the batch-start hook, compute from batch start to batch end.
+start a val phase of the current epoch (sanity-check validation is not recorded). Validation
+after the epoch's last training batch closes the train phase; validation in the middle of it
+(``val_check_interval < 1``) is nested: the train phase stays open and its steps resume after.
+Data wait runs from the previous batch end (or the validation's end) to the batch-start hook,
+compute from batch start to batch end. Lightning moves the batch to the device before the
+batch-start hook, so on a GPU a copy (and any wait for queued work it causes) counts as data wait.
 """
 
 from __future__ import annotations
@@ -71,11 +76,23 @@ def _callback_class(pl: ModuleType, rec: Recorder, count_images: Callable[[Any],
             rec.cb_phase_end()
 
         def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-            if not getattr(trainer, "sanity_checking", False):
+            self.nested = False
+            if getattr(trainer, "sanity_checking", False):
+                return
+            fitting = str(getattr(getattr(trainer, "state", None), "fn", "")) in ("fit", "TrainerFn.FITTING")
+            if fitting and not _epoch_done(trainer):
+                self.nested = True
+                rec.cb_nested_begin("val", no_images)
+            else:
                 rec.cb_phase_begin("val", no_images)
 
         def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-            rec.cb_phase_end()
+            if getattr(trainer, "sanity_checking", False):
+                return
+            if self.nested:
+                rec.cb_nested_end()
+            else:
+                rec.cb_phase_end()
 
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
                                  batch_idx: int) -> None:
@@ -94,3 +111,12 @@ def _callback_class(pl: ModuleType, rec: Recorder, count_images: Callable[[Any],
             rec.cb_batch_end(batch_idx, count_images(batch))
 
     return StepscopeWatchLightningCallback
+
+
+def _epoch_done(trainer: Any) -> bool:
+    """Has the training epoch run its last batch (validation at the epoch's end)?"""
+    try:
+        loop = trainer.fit_loop.epoch_loop
+        return bool(loop._num_ready_batches_reached())
+    except Exception:  # another Lightning version: treat validation as the epoch's end
+        return True

@@ -114,6 +114,8 @@ class LoopTracker:
         self.val_phase: PhaseState | None = None
         self.epoch_tokens: set[object] = set()
         self.pending: deque[tuple[list[Any], Any, LoopStep, Any]] = deque()
+        # Set by the torch hooks: wraps a loader class's own __iter__ so its iterator is timed.
+        self.wrap_iter: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
 
     # -- iterator events --------------------------------------------------------------------------
     def next_begin(self, it: IterState, t: float) -> None:
@@ -139,8 +141,9 @@ class LoopTracker:
         asked_t = s.asking[1]
         s.asking = None
         if it is s.lead and not s.members:
-            s.wait_s += t - s.t_start
-            s.images += images
+            # Everything since the step began was loader time (a skipped batch included).
+            s.wait_s = t - s.t_start
+            s.images = images
         else:
             s.wait_s += t - asked_t
             if it.delivered == 0 and s.t_batch is not None and it.created_t >= s.t_batch:

@@ -145,6 +145,7 @@ class Recorder:
         self._cb_mark = 0.0
         self.cb_images: Callable[[int, int], int] = lambda first, last: 0
         self._cb_first = 0
+        self._cb_outer: tuple[PhaseState | None, Callable[[int, int], int]] | None = None
         self.at_exit_hooks: list[Callable[[float], None]] = []  # e.g. the loop tracker's flush
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -268,6 +269,26 @@ class Recorder:
         self.cb_phase = self.begin_phase(phase, None, t)
         self.cb_images = images
         self._cb_mark = t
+
+    def cb_nested_begin(self, phase: str, images: Callable[[int, int], int]) -> None:
+        """A phase inside the open one (Lightning's validation every N training batches): the
+        outer phase stays open and its steps resume after :meth:`cb_nested_end`."""
+        t = self.clock()
+        self.end_step(t)
+        self._cb_outer = (self.cb_phase, self.cb_images)
+        self.cb_phase = self.begin_phase(phase, None, t)  # a val phase closes only val phases
+        self.cb_images = images
+        self._cb_mark = t
+
+    def cb_nested_end(self) -> None:
+        t = self.clock()
+        if self.cb_phase is not None:
+            self.end_phase(self.cb_phase, t)
+        outer, self._cb_outer = self._cb_outer, None
+        self.cb_phase = None
+        if outer is not None and outer[0] is not None and not outer[0].ended:
+            self.cb_phase, self.cb_images = outer
+        self._cb_mark = t  # the validation's time is no training step's data wait
 
     def cb_phase_end(self) -> None:
         if self.cb_phase is not None:

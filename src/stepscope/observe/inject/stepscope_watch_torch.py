@@ -5,9 +5,10 @@ decides steps, phases and epochs from it (see that module for the rules):
 
 - ``DataLoader.__iter__`` creates a tracked iterator; ``_BaseDataLoaderIter.__next__`` is timed
   per call. A DataLoader subclass that overrides ``__iter__`` (timm's ``MultiEpochsDataLoader``,
-  which keeps one iterator for all epochs; Accelerate's ``DataLoaderShard``, which fetches one
-  batch ahead) is timed at *its* iterator instead, the one the loop sees; the inner iterator's
-  calls are then part of that wait, not steps of their own.
+  which keeps one iterator for all epochs) and Accelerate's wrapping loaders
+  (``DataLoaderShard`` fetches one batch ahead; :func:`install_accelerate`) are timed at *their*
+  iterator instead, the one the loop sees; the inner iterator's calls are then part of that
+  wait, not steps of their own.
 - body events: a global optimizer step post-hook, ``torch.autograd.backward`` (what
   ``Tensor.backward`` calls), and a global forward pre-hook armed only between a batch's arrival
   and the first forward (removed at once, so models run without it the rest of the step).
@@ -177,9 +178,27 @@ def _patch_loader(torch: ModuleType, rec: Recorder, loop: LoopTracker,
         if own is not None and not getattr(own, "_stepscope", False):
             cls.__iter__ = wrap_subclass_iter(own)  # type: ignore[attr-defined]
 
+    loop.wrap_iter = wrap_subclass_iter
     dl.DataLoader.__iter__ = __iter__
     dl.DataLoader.__init_subclass__ = classmethod(__init_subclass__)
     dl._BaseDataLoaderIter.__next__ = __next__
+
+
+ACCELERATE_LOADERS = ("DataLoaderShard", "DataLoaderDispatcher", "SkipDataLoader")
+
+
+def install_accelerate(module: ModuleType, loop: LoopTracker) -> None:
+    """Accelerate's loaders wrap a DataLoader instead of subclassing it (they only fake
+    ``__class__``) and ``DataLoaderShard`` fetches one batch ahead: time *their* iterators, or
+    the last batch's step would fall after the inner loader's ``StopIteration``."""
+    wrap = loop.wrap_iter
+    if wrap is None:
+        return
+    for name in ACCELERATE_LOADERS:
+        cls = getattr(module, name, None)
+        own = None if cls is None else cls.__dict__.get("__iter__")
+        if own is not None and not getattr(own, "_stepscope", False):
+            setattr(cls, "__iter__", wrap(own))  # noqa: B010 (a class attribute, on purpose)
 
 
 class _ForwardSignal:

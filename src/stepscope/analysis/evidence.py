@@ -1,0 +1,93 @@
+"""Sentences gated on their evidence: every claim the tool prints declares the measurements it
+rests on, as paths into ``summary.json`` with a floor; a claim whose measurement is missing, or
+below its floor (too few bytes, samples or steps to mean anything), is not printed.
+
+One mechanism for explain and findings: a claim is a row of :data:`CLAIMS` (its id, the
+measurements it needs, in words) and :func:`claim` returns its text only when they hold. Tests
+check each row both ways: present with its evidence, absent without.
+
+Examples:
+    >>> claim(summary, "page_cache_served", " The files were already in the page cache.")
+    ''
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+COLD_MIN_BYTES = 16_000_000  # physical reads below this are library page-ins, not a dataset
+MIN_WORKER_SAMPLES = 1
+
+
+@dataclass(frozen=True)
+class Need:
+    """A measurement a claim rests on: ``path`` into the summary (``"dataset.files"``,
+    ``"by_phase.train.gpu_util_pct"``); present and ≥ ``floor`` when one is given, or equal to
+    ``equals`` when that is given."""
+
+    path: str
+    floor: float | None = None
+    equals: Any = None
+
+    def holds(self, summary: Mapping[str, Any]) -> bool:
+        value = lookup(summary, self.path)
+        if value is None:
+            return False
+        if self.equals is not None:
+            return bool(value == self.equals)
+        if self.floor is None:
+            return True
+        if isinstance(value, (list, tuple)):
+            value = len(value)
+        return isinstance(value, (int, float)) and value >= self.floor
+
+
+# id -> the measurements the sentence rests on. The sentence itself lives where it is printed.
+CLAIMS: dict[str, tuple[Need, ...]] = {
+    # "... the files were already in the kernel's page cache": only a run whose dataset files
+    # are known (an in-memory dataset has none, and its reads are library page-ins).
+    "page_cache_served": (Need("dataset.files", 1),),
+    "disk_busy_then_idle": (Need("dataset.files", 1),),
+    # "validation images are still decoded, resized and normalised on the CPU": decoding needs
+    # image files read by the loader.
+    "decoded_on_cpu": (Need("dataset.files", 1),),
+    # "validation images are not augmented": only a run whose augmentation is known (the
+    # trainer's config says so; a watched script's is unknown).
+    "val_not_augmented": (Need("run.augmented", equals=True),),
+    # "the GPU idles while it waits": a measured GPU.
+    "gpu_idles_waiting": (Need("by_phase.train.gpu_util_pct"),),
+    # The fused-warp vs SciPy figures were measured on the seed's augmentation, not any script's.
+    "scipy_augment_figures": (Need("run.augment", equals="seed"),),
+}
+
+
+def lookup(summary: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted ``path`` (list items by index), or None."""
+    node: Any = summary
+    for part in path.split("."):
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+        if node is None:
+            return None
+    return node
+
+
+def holds(summary: Mapping[str, Any], claim_id: str) -> bool:
+    """Do the measurements behind ``claim_id`` exist (and reach their floors)?"""
+    return all(need.holds(summary) for need in CLAIMS[claim_id])
+
+
+def claim(summary: Mapping[str, Any], claim_id: str, text: str) -> str:
+    """``text`` when the claim's measurements hold, else ``""``."""
+    return text if holds(summary, claim_id) else ""
+
+
+def rests_on(claim_id: str) -> list[str]:
+    """The summary paths a claim rests on, for tests and for the docs."""
+    return [need.path for need in CLAIMS[claim_id]]
