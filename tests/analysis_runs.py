@@ -64,6 +64,7 @@ class RunSpec:
     gpu_total_bytes: float = 24e9
     torch_reserved_bytes: float | None = None
     torch_max_allocated_bytes: float | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # the run's resolved config
 
 
 def _samples_for(spec: PhaseSpec, t0: float, t1: float, worker_pids: list[int],
@@ -104,7 +105,7 @@ def make_run(run_dir: Path, run: RunSpec, name: str = "test") -> Path:
     t = T0
     end_holder = [T0]
     w = RunWriter(run_dir, RunInfo(name=name, command="pytest", device=run.device,
-                                   started=T0, pid=MAIN_PID),
+                                   started=T0, pid=MAIN_PID, config=run.config),
                   clock=lambda: end_holder[0])
     w.put_process(ProcessInfo(MAIN_PID, 1, "main", "python", T0, T0 + 1e6))
     read_total, rchar_total, next_pid = 0, 0, 1000

@@ -27,7 +27,8 @@ def _seed_like(tmp_path: Path, **run_kw: Any) -> list[Answer]:
         PhaseSpec(2, "val", steps=25, data_wait_s=0.03, compute_s=0.02, worker_cpu_pct=90,
                   host_cpu_pct=99, rchar_bytes=111_000_000, gpu_util_pct=gpu and 70,
                   checkpoint_s=1.4),
-    ], facts=dict(CPU_FACTS, **run_kw.pop("facts", {})), **run_kw)
+    ], facts=dict(CPU_FACTS, **run_kw.pop("facts", {})),
+        config=run_kw.pop("config", {"augment": "seed"}), **run_kw)
     make_run(tmp_path, spec)
     return explain(write_summary(tmp_path))
 
@@ -42,7 +43,7 @@ def test_answers_are_numbered_and_start_with_the_headline(tmp_path: Path) -> Non
     head = answers[0]
     assert head.title == "Training was input-bound"
     assert head.text.startswith("Training was input-bound: 72 % of every step waited for data; "
-                                "the CPU preparing images")
+                                "the CPU preparing batches")
     assert "2 DataLoader workers at 97 %, 97 % of a core" in head.text
     assert "A step took 250 ms: 180 ms waiting for data" in head.text
 
@@ -133,7 +134,7 @@ def _tv(augment: str, lt: float, lv: float) -> str:
 
     phase = {"images_per_s": 10.0, "data_wait_ms_per_image": 5.0, "compute_ms_per_image": 50.0,
              "verdict": "compute-bound", "data_wait_frac": 0.05}
-    s = {"run": {"augment": augment},
+    s = {"run": {"augment": augment, "augmented": augment != "none"},
          "by_phase": {"train": {**phase, "loader_cpu_ms_per_image": lt},
                       "val": {**phase, "images_per_s": 20.0, "data_wait_ms_per_image": 1.0,
                               "compute_ms_per_image": 20.0, "loader_cpu_ms_per_image": lv}}}

@@ -60,8 +60,8 @@ def test_main_process_cpu_when_workers_zero() -> None:
 
 def test_storage_when_reads_are_cold_and_loaders_stall() -> None:
     c = decide_input_cause(InputEvidence(
-        workers=2, worker_cpu_pct=[15.0, 12.0], host_cpu_pct=20.0, disk_read_bytes=400,
-        rchar_bytes=410, resident_frac_start=0.0, psi_io_some_pct=45.0, disk_wait_frac=0.6))
+        workers=2, worker_cpu_pct=[15.0, 12.0], host_cpu_pct=20.0, disk_read_bytes=400_000_000,
+        rchar_bytes=410_000_000, resident_frac_start=0.0, psi_io_some_pct=45.0, disk_wait_frac=0.6))
     assert c.cause == "storage"
     text = " ".join(c.evidence)
     assert "physical reads" in text and "pressure" in text and "disk wait" in text
@@ -77,6 +77,23 @@ def test_workers_when_cached_reads_and_idle_cores() -> None:
 
 def test_storage_needs_a_stall_not_only_cold_reads() -> None:
     c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[70.0, 70.0],
-                                         host_cpu_pct=60.0, disk_read_bytes=400,
-                                         rchar_bytes=400, resident_frac_start=0.0))
+                                         host_cpu_pct=60.0, disk_read_bytes=400_000_000,
+                                         rchar_bytes=400_000_000, resident_frac_start=0.0))
     assert c.cause == "workers"
+
+
+def test_physical_reads_below_the_byte_floor_are_not_a_cold_cache() -> None:
+    # 12 MB of shared libraries paged in by new workers against 415 kB of files read.
+    small = InputEvidence(workers=2, worker_cpu_pct=[15.0, 12.0], disk_read_bytes=12_000_000,
+                          rchar_bytes=415_000, psi_io_some_pct=45.0)
+    assert "physical reads" not in " ".join(decide_input_cause(small).evidence)
+    big = InputEvidence(workers=2, worker_cpu_pct=[15.0, 12.0], disk_read_bytes=120_000_000,
+                        rchar_bytes=125_000_000, psi_io_some_pct=45.0)
+    assert "physical reads" in " ".join(decide_input_cause(big).evidence)
+
+
+def test_not_saturated_rests_on_worker_samples() -> None:
+    sampled = decide_input_cause(InputEvidence(workers=3, worker_cpu_pct=[20.0, 20.0, 20.0]))
+    assert sampled.evidence[0] == "3 workers, not saturated"
+    unsampled = decide_input_cause(InputEvidence(workers=3))
+    assert "not saturated" not in " ".join(unsampled.evidence)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from stepscope.analysis.explain import explain
 from stepscope.analysis.summary import build_summary
 from stepscope.observe.watch import watch
 from stepscope.store.db import RunReader
@@ -46,6 +47,12 @@ def test_frozen_batchnorm_is_training(tmp_path: Path) -> None:
     assert _phases(reader) == [(0, "train", 12), (0, "val", 4), (1, "train", 12), (1, "val", 4)]
     assert _verdict(summary) == "input-bound"
     _adds_up(reader)
+    # An in-memory dataset that decodes nothing, on a CPU: no claim about files, decoding,
+    # augmentation or a GPU in any answer or finding.
+    words = " ".join(a.text for a in explain(summary))
+    words += " ".join(f["fix"] + f["title"] for f in summary["findings"])
+    for claim in ("page cache", "decod", "augmented", "GPU idles", "SciPy"):
+        assert claim not in words
 
 
 @pytest.mark.slow

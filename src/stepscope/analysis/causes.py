@@ -31,6 +31,7 @@ from stepscope.analysis.capacity import (
 )
 from stepscope.analysis.fmt import fmt_bytes, fmt_pct
 from stepscope.analysis.verdicts import (
+    COLD_MIN_READ_BYTES,
     DISK_WAIT_HIGH_FRAC,
     PHYS_READ_HIGH_FRAC,
     PSI_IO_HIGH_PCT,
@@ -48,6 +49,7 @@ MAIN_PROCESS_FRAC = 0.5
 def is_cold(ev: InputEvidence) -> bool:
     """The phase's reads came from the disk, not the page cache."""
     if ev.disk_read_bytes is not None and ev.rchar_bytes \
+            and ev.disk_read_bytes >= COLD_MIN_READ_BYTES \
             and ev.disk_read_bytes / ev.rchar_bytes >= PHYS_READ_HIGH_FRAC:
         return True
     return ev.resident_frac_start is not None and ev.resident_frac_start < RESIDENT_LOW_FRAC

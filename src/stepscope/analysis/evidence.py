@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-COLD_MIN_BYTES = 16_000_000  # physical reads below this are library page-ins, not a dataset
-MIN_WORKER_SAMPLES = 1
+DECODE_MIN_MS = 0.05  # a JPEG decode takes ≥ 0.1 ms; below this nothing was decoded
 
 
 @dataclass(frozen=True)
@@ -46,16 +45,18 @@ class Need:
 
 # id -> the measurements the sentence rests on. The sentence itself lives where it is printed.
 CLAIMS: dict[str, tuple[Need, ...]] = {
-    # "... the files were already in the kernel's page cache": only a run whose dataset files
-    # are known (an in-memory dataset has none, and its reads are library page-ins).
-    "page_cache_served": (Need("dataset.files", 1),),
-    "disk_busy_then_idle": (Need("dataset.files", 1),),
-    # "validation images are still decoded, resized and normalised on the CPU": decoding needs
-    # image files read by the loader.
-    "decoded_on_cpu": (Need("dataset.files", 1),),
-    # "validation images are not augmented": only a run whose augmentation is known (the
-    # trainer's config says so; a watched script's is unknown).
-    "val_not_augmented": (Need("run.augmented", equals=True),),
+    # Claims about the dataset's files (page cache, disk busy then idle, "images in RAM"): only
+    # a run whose dataset files are known; an in-memory dataset has none, and its reads are
+    # library page-ins.
+    "dataset_files": (Need("dataset.files", 1),),
+    "page_cache_served": (Need("dataset.files", 1), Need("epochs.0.rchar_bytes", 1)),
+    # "decoded, resized and normalised on the CPU": the loader's decode stage was timed and took
+    # time (a tensor dataset decodes nothing).
+    "decoded_train": (Need("by_phase.train.decode_ms_per_image", DECODE_MIN_MS),),
+    "decoded_val": (Need("by_phase.val.decode_ms_per_image", DECODE_MIN_MS),),
+    # "augmented" / "validation is not augmented": only where the run's configuration says so
+    # (the trainer's); a watched script's augmentation is unknown.
+    "augmented": (Need("run.augmented", equals=True),),
     # "the GPU idles while it waits": a measured GPU.
     "gpu_idles_waiting": (Need("by_phase.train.gpu_util_pct"),),
     # The fused-warp vs SciPy figures were measured on the seed's augmentation, not any script's.

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fmt import (
     fmt_bytes,
     fmt_count,
@@ -42,14 +43,23 @@ def _ms_of(v: float | None) -> str:
 
 
 _CAUSE_WORDS = {
-    "cpu": "the CPU preparing images (decoding and augmenting them) could not keep up: the "
-           "cores this job may use were all taken, so more workers cannot help",
+    # {prep}: what preparing was, as far as it was measured (see _preparing_words).
+    "cpu": "the CPU preparing batches{prep} could not keep up: the cores this job may use were "
+           "all taken, so more workers cannot help",
     "storage": "the loader waited on the disk",
     "workers": "the job had cores to spare yet the loop waited: too few DataLoader workers (or "
                "workers started again every phase)",
     "main-process": "the training process itself did the loader's per-batch work (collate, "
                     "pin-memory) while the loop waited",
 }
+
+
+def _preparing_words(s: Summary, kind: str) -> str:
+    """What preparing a batch was, as far as it was measured (decode stage, augmentation)."""
+    decoded = holds(s, f"decoded_{kind}")
+    augmented = kind == "train" and holds(s, "augmented")
+    what = " and ".join(w for w, ok in (("decoding", decoded), ("augmenting", augmented)) if ok)
+    return f" ({what} the images)" if what else ""
 
 
 def _split_words(agg: dict[str, Any]) -> str:
@@ -68,7 +78,8 @@ def headline(s: Summary) -> tuple[str, str] | None:
     if v == "input-bound":
         text = f"{kind} was input-bound: {fmt_pct(agg['data_wait_frac'])} of every step waited for data"
         if agg.get("input_cause"):
-            text += f"; {_CAUSE_WORDS.get(agg['input_cause'], agg['input_cause'])}"
+            words = _CAUSE_WORDS.get(agg["input_cause"], agg["input_cause"])
+            text += "; " + words.replace("{prep}", _preparing_words(s, agg["phase"]))
             if agg.get("input_evidence"):
                 text += " (" + "; ".join(agg["input_evidence"]) + ")"
         text += "."
@@ -119,12 +130,12 @@ def train_vs_val(s: Summary) -> tuple[str, str] | None:
         text += (f" The loader spent {_ms_of(lt)} of CPU per training image and {_ms_of(lv)} per "
                  "validation image.")
     reasons = []
-    augmented = (s.get("run") or {}).get("augment") != "none"
     # The loader's own CPU per image is the direct evidence; the data wait is only a proxy.
     cheaper = lv < lt if lt is not None and lv is not None else _less(va, tr, "data_wait_ms_per_image")
-    if augmented and cheaper:
-        reasons.append("validation images are not augmented (they are still decoded, resized and "
-                       "normalised on the CPU)")
+    if cheaper and holds(s, "augmented"):
+        reasons.append("validation images are not augmented"
+                       + claim(s, "decoded_val", " (they are still decoded, resized and "
+                               "normalised on the CPU)"))
     if _less(va, tr, "compute_ms_per_image"):
         reasons.append("validation runs the forward pass only: no backward, no optimizer step")
     if reasons and faster:
@@ -169,8 +180,8 @@ def _epoch_disk_line(e: dict[str, Any], resid: float | None) -> str:
 
 def cold_vs_warm(s: Summary) -> tuple[str, str] | None:
     epochs = [e for e in s.get("epochs") or [] if e.get("disk_read_bytes") is not None]
-    if not epochs:
-        return None
+    if not epochs or not holds(s, "dataset_files"):
+        return None  # an in-memory dataset: its reads are library page-ins, not its files
     starts: dict[int, float | None] = {}
     for p in s.get("phases") or []:
         starts.setdefault(p["epoch"], p.get("dataset_resident_frac_start"))
@@ -183,8 +194,8 @@ def cold_vs_warm(s: Summary) -> tuple[str, str] | None:
                 f"{fmt_pct(first['disk_read_bytes'] / ds_bytes)} of it"
     text += "."
     if not epoch_was_cold(s, first):
-        text += (" The files were already in the kernel's page cache, so reads were served from "
-                 "memory from the start.")
+        text += claim(s, "page_cache_served", " The files were already in the kernel's page "
+                      "cache, so reads were served from memory from the start.")
         return "Why the disk stayed idle", text
     later = epochs[1:]
     if later:
@@ -210,7 +221,7 @@ def _phase_read_rates(s: Summary, epoch: int) -> str:
     va_rate, tr_rate = va["disk_read_rate_bytes_per_s"], tr["disk_read_rate_bytes_per_s"]
     text = (f"In epoch {epoch} validation read from disk at {fmt_bytes(va_rate)}/s against "
             f"{fmt_bytes(tr_rate)}/s in training: its files were new to the cache too")
-    if va_rate > tr_rate and (s.get("run") or {}).get("augment") != "none":
+    if va_rate > tr_rate and holds(s, "augmented"):
         return text + ", and without augmentation the loader consumes them faster."
     return text + "."
 
@@ -257,7 +268,7 @@ def gpu_pattern(s: Summary) -> tuple[str, str] | None:
         text += f" and {va['gpu_util_pct']:.0f} % in validation"
     text += (". That figure is the share of time at least one kernel was running, not how busy the "
              f"GPU was. In training the loop waited for data {fmt_pct(tr['data_wait_frac'])} of "
-             "each step, and the GPU idles while it waits")
+             "each step" + claim(s, "gpu_idles_waiting", ", and the GPU idles while it waits"))
     if va and va.get("data_wait_frac") is not None:
         text += (f"; validation waited {fmt_pct(va['data_wait_frac'])} and has no backward pass, "
                  "so its kernels come closer together")
@@ -310,7 +321,7 @@ def ram_inference(s: Summary) -> tuple[str, str] | None:
     if len(epochs) < 2:
         return None
     first, later = epochs[0], epochs[-1]
-    if not epoch_was_cold(s, first):
+    if not holds(s, "dataset_files") or not epoch_was_cold(s, first):
         return None  # nothing came from disk in epoch 1: the run does not show the transition
     if not later.get("rchar_bytes") or later["disk_read_bytes"] > 0.1 * later["rchar_bytes"]:
         return None
@@ -324,8 +335,9 @@ def ram_inference(s: Summary) -> tuple[str, str] | None:
     text += f"; the dataset was {fmt_pct(r)} resident in the OS page cache" if r is not None else ""
     rereads = (first.get("rchar_bytes") or 0) > 0 and \
         later["rchar_bytes"] >= 0.5 * first["rchar_bytes"]
+    redecodes = claim(s, "decoded_train", " and re-decodes")
     text += (". A program that kept the images would not read the files again: the kernel keeps "
-             "the files, and every epoch the program re-reads and re-decodes them (the CPU cost "
+             f"the files, and every epoch the program re-reads{redecodes} them (the CPU cost "
              "stays)." if rereads else ".")
     ds, rss = (s.get("dataset") or {}).get("bytes"), _peak_process_bytes(s)
     if ds and rss is not None:
@@ -350,8 +362,9 @@ def val_inference(s: Summary) -> tuple[str, str] | None:
                 "each validation image")
     else:
         return None
-    text = (f"Half right: {cost}. Validation images are still decoded, resized and normalised on "
-            "the CPU; only the augmentation is skipped.")
+    text = f"Half right: {cost}." + claim(
+        s, "decoded_val", " Validation images are still decoded, resized and normalised on the "
+        "CPU" + ("; only the augmentation is skipped." if holds(s, "augmented") else "."))
     if (va.get("images_per_s") or 0) > (tr.get("images_per_s") or 0):
         text += " That is why validation is faster, not because anything skips the CPU."
     return "Inference checked: \"validation passes batches straight to the GPU\"", text

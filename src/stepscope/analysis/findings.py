@@ -9,9 +9,11 @@ speed-up of (1 − 0.10) / (1 − d).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from stepscope import policy
+from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fixes import capacity_fix
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
@@ -55,8 +57,9 @@ def _s(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
-def _input_fix(agg: dict[str, Any], cores: float | None) -> tuple[str, str]:
-    """(fix, short change label) for the input cause."""
+def _input_fix(agg: dict[str, Any], cores: float | None,
+               summary: Mapping[str, Any]) -> tuple[str, str]:
+    """(fix, short change label) for the input cause; figures and stages only as measured."""
     w = int(agg.get("workers") or 0)
     cause = agg["input_cause"]
     host = agg.get("cpu_util_pct")
@@ -70,18 +73,28 @@ def _input_fix(agg: dict[str, Any], cores: float | None) -> tuple[str, str]:
     if t is not None and (cause == "workers" or (cause == "cpu" and not cores_busy)):
         return (f"raise DataLoader workers {w} → {t} (and prefetch_factor) so batches are ready "
                 "when the step asks", f"workers {w} → {t}")
-    if agg["phase"] == "val":
-        return ("validation does no augmentation: its CPU cost is decoding and resizing; cache "
-                "the decoded, resized validation images once (for a frozen trunk, its features), "
-                "or decode on the GPU", "decode once")
-    return ("the CPU preparing images is the limit (workers or cores saturated): make augmentation "
-            "cheaper (one fused affine warp on uint8, ~1,400 img/s per core, instead of SciPy per "
-            "channel in float32, ~130), augment on the GPU, decode once and cache resized images, "
-            "or for a frozen trunk cache its features", "cheaper augmentation")
+    if agg["phase"] == "val" and holds(summary, "decoded_val"):
+        return (claim(summary, "augmented", "validation does no augmentation: ")
+                + "its CPU cost is decoding and resizing; cache the decoded, resized validation "
+                "images once (for a frozen trunk, its features), or decode on the GPU",
+                "decode once")
+    if holds(summary, "scipy_augment_figures"):
+        return ("the CPU preparing images is the limit (workers or cores saturated): make "
+                "augmentation cheaper (one fused affine warp on uint8, ~1,400 img/s per core, "
+                "instead of SciPy per channel in float32, ~130), augment on the GPU, decode once "
+                "and cache resized images, or for a frozen trunk cache its features",
+                "cheaper augmentation")
+    cached = claim(summary, f"decoded_{agg['phase']}", ", decode once and cache resized images")
+    return ("the CPU preparing batches is the limit (workers or cores saturated): make the "
+            "dataset's per-item work cheaper (profile its __getitem__ and transforms), move "
+            f"augmentation to the GPU{cached}, or for a frozen trunk cache its features",
+            "cheaper per-item work")
 
 
-def input_finding(agg: dict[str, Any], cores: float | None) -> Finding | None:
-    """The data-wait finding for an aggregated phase kind (train or val)."""
+def input_finding(agg: dict[str, Any], cores: float | None,
+                  summary: Mapping[str, Any] | None = None) -> Finding | None:
+    """The data-wait finding for an aggregated phase kind (train or val); ``summary`` holds the
+    measurements the fix's claims rest on (analysis/evidence.py)."""
     d = agg.get("data_wait_frac")
     if d is None or d < INPUT_MODERATE_FRAC:
         return None
@@ -95,7 +108,7 @@ def input_finding(agg: dict[str, Any], cores: float | None) -> Finding | None:
                         f"{kind.capitalize()} waits for data {fmt_pct(d)} of the time",
                         evidence, "more DataLoader workers or prefetch would hide it",
                         f"at most {fmt_ratio(gain)} faster if the wait vanished", MEASURE_TUNE)
-    fix, change = _input_fix(agg, cores)
+    fix, change = _input_fix(agg, cores, summary or {})
     gain = speedup_without(d, RESIDUAL_WAIT_FRAC)
     step = agg.get("step_ms_per_step")
     new_step = None if step is None else step * (1 - d) / (1 - RESIDUAL_WAIT_FRAC)
@@ -207,9 +220,25 @@ def memory_findings(summary: dict[str, Any]) -> list[Finding]:
                             f"{fmt_pct(frac)} of {fmt_bytes(mem['total_bytes'])} has no measured owner",
                             [f"unattributed {fmt_bytes(mem['unattributed_bytes'])}",
                              *(mem.get("notes") or [])],
-                            "record the memory facts (`stepscope train` does); the rest is "
-                            "allocator caches and library buffers", None))
+                            _unattributed_fix(mem), None))
     return out
+
+
+# The ledger items a run can measure; the fix names those this run did not (GPU: the context).
+_LEDGER_ITEMS = ("weights", "gradients", "optimizer state", "saved for backward",
+                 "forward transient peak")
+
+
+def _unattributed_fix(mem: dict[str, Any]) -> str:
+    have = {i["item"] for i in mem.get("ledger") or []}
+    wanted = [*_LEDGER_ITEMS, *(("CUDA context",) if str(mem.get("device", "")).startswith("cuda")
+                                else ())]
+    missing = [w for w in wanted if w not in have]
+    if not missing:
+        return ("every item this run can measure was measured; the rest is allocator caches, "
+                "library buffers and memory no hook sees")
+    return (f"not measured in this run: {', '.join(missing)}; the rest is allocator caches and "
+            "library buffers")
 
 
 def dataset_findings(summary: dict[str, Any]) -> list[Finding]:
@@ -267,7 +296,7 @@ def build_findings(summary: dict[str, Any]) -> list[Finding]:
     for kind in ("train", "val"):
         agg = by_phase.get(kind)
         if agg:
-            out += [f for f in (input_finding(agg, cores),
+            out += [f for f in (input_finding(agg, cores, summary),
                                 other_bound_finding(agg, summary.get("model"))) if f]
     out += gpu_util_findings(by_phase)
     out += memory_findings(summary)

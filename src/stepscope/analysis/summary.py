@@ -104,6 +104,9 @@ def _run_section(run: RunInfo, cache: SampleCache) -> dict[str, Any]:
         "world_size": run.world_size, "rank": run.rank, "exit_code": run.exit_code,
         # The trainer's augmentation ("seed", "none", a YAML file); None for other loops.
         "augment": run.config.get("augment"),
+        # Known only where the config says (a watched script's augmentation is not known).
+        "augmented": None if run.config.get("augment") is None
+        else run.config.get("augment") != "none",
     }
 
 
@@ -122,6 +125,13 @@ def _assign_checkpoints(phases: list[dict[str, Any]], cache: SampleCache) -> dic
     return {"writes": len(ck.v), "total_s": sum(ck.v),
             "max_s": max(ck.v) if ck.v else None,
             "mean_s": sum(ck.v) / len(ck.v) if ck.v else None}
+
+
+def _stage_ms(rows: list[dict[str, Any]], stage: str) -> float | None:
+    """Mean ms per image of a loader stage over the phases whose loader was timed."""
+    values = [((p.get("loader") or {}).get("stage_ms_per_image") or {}).get(stage) for p in rows]
+    measured = [v for v in values if v is not None]
+    return sum(measured) / len(measured) if measured else None
 
 
 def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
@@ -158,6 +168,7 @@ def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
         "cpu_util_pct": weighted_mean(rows, "cpu_util_pct"), "gpu_util_pct": weighted_mean(rows, "gpu_util_pct"),
         "loader_cpu_ms_per_image": weighted_mean(rows, "loader_cpu_ms_per_image"),
         "workers": rows[-1]["workers"],
+        "decode_ms_per_image": _stage_ms(rows, "decode"),
         "capacity": rep.get("capacity"), "loader": rep.get("loader"),
         "predictions": rep.get("predictions") or [],
         "capacity_epoch": rep["epoch"],

@@ -52,6 +52,9 @@ MIN_STEADY_STEPS = 20
 WORKER_SATURATED_PCT = 85.0
 CORES_BUSY_PCT = 90.0
 PHYS_READ_HIGH_FRAC = 0.5
+# Physical reads below this are shared libraries paged in by new workers, not the dataset: a
+# ratio over them means nothing (12 MB of page-ins against 415 kB read is "2821 %").
+COLD_MIN_READ_BYTES = 16_000_000
 RESIDENT_LOW_FRAC = 0.5
 PSI_IO_HIGH_PCT = 20.0
 DISK_WAIT_HIGH_FRAC = 0.2
@@ -166,7 +169,8 @@ def _loaders_in_disk_wait(ev: InputEvidence) -> bool:
 
 def _cold_reads(ev: InputEvidence) -> list[str]:
     lines: list[str] = []
-    if ev.disk_read_bytes is not None and ev.rchar_bytes:
+    if ev.disk_read_bytes is not None and ev.rchar_bytes \
+            and ev.disk_read_bytes >= COLD_MIN_READ_BYTES:
         ratio = ev.disk_read_bytes / ev.rchar_bytes
         if ratio >= PHYS_READ_HIGH_FRAC:
             lines.append(
@@ -218,7 +222,9 @@ def decide_input_cause(ev: InputEvidence) -> InputCause:
     if cold and stalled:
         return InputCause("storage", cold + stalled)
     if ev.workers > 0:
-        lines = [f"{fmt_count(ev.workers, 'worker')}, not saturated"]
+        # "not saturated" rests on the workers' CPU samples; without them say only the count.
+        lines = [f"{fmt_count(ev.workers, 'worker')}"
+                 + (", not saturated" if ev.worker_cpu_pct else " (no CPU samples of them)")]
         if ev.worker_cpu_pct:
             lines.append("workers at " + ", ".join(f"{p:.0f} %" for p in ev.worker_cpu_pct)
                          + " of a core")
@@ -227,7 +233,7 @@ def decide_input_cause(ev: InputEvidence) -> InputCause:
         if not cold and ev.rchar_bytes:
             lines.append("reads served from the page cache")
         return InputCause("workers", lines + stalled)
-    lines = ["workers=0: images are decoded and augmented inline, between steps"]
+    lines = ["workers=0: batches are prepared inline, between steps"]
     if ev.main_cpu_pct is not None:
         lines.append(f"training process at {ev.main_cpu_pct:.0f} % of a core")
     return InputCause("cpu", lines + cold)

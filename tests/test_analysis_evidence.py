@@ -1,0 +1,142 @@
+"""Every gated sentence both ways: printed with the measurement it rests on, absent without
+(analysis/evidence.py). Hand-made summaries: only the keys each sentence reads."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from stepscope.analysis import evidence
+from stepscope.analysis.explain import (
+    cold_vs_warm,
+    gpu_pattern,
+    headline,
+    ram_inference,
+    train_vs_val,
+    val_inference,
+)
+from stepscope.analysis.findings import input_finding
+
+_SPLIT = {"step_ms_per_step": 100.0, "data_wait_ms_per_step": 60.0, "transfer_ms_per_step": 0.0,
+          "compute_ms_per_step": 35.0, "other_ms_per_step": 5.0}
+
+
+def _agg(kind: str, **kw: Any) -> dict[str, Any]:
+    base = {"phase": kind, "verdict": "input-bound", "data_wait_frac": 0.6, "transfer_frac": 0.0,
+            "compute_frac": 0.35, "other_frac": 0.05, "input_cause": "cpu", "input_evidence": [],
+            "images_per_s": 80.0 if kind == "train" else 200.0, "workers": 2,
+            "data_wait_ms_per_image": 8.0 if kind == "train" else 2.0,
+            "compute_ms_per_image": 4.0 if kind == "train" else 1.0,
+            "loader_cpu_ms_per_image": 8.0 if kind == "train" else 2.0,
+            "cpu_util_pct": 97.0, **_SPLIT}
+    return {**base, **kw}
+
+
+def _summary(**measured: Any) -> dict[str, Any]:
+    """A summary with every measurement the gated sentences need (drop keys to remove one)."""
+    s: dict[str, Any] = {
+        "run": {"augment": "seed", "augmented": True, "kind": "train"},
+        "dataset": {"files": 25_000, "bytes": 600_000_000},
+        "by_phase": {"train": _agg("train", decode_ms_per_image=3.0, gpu_util_pct=30.0),
+                     "val": _agg("val", decode_ms_per_image=3.0, gpu_util_pct=70.0)},
+        "epochs": [{"epoch": 1, "disk_read_bytes": 10_000_000, "rchar_bytes": 600_000_000},
+                   {"epoch": 2, "disk_read_bytes": 1_000_000, "rchar_bytes": 600_000_000}],
+        "phases": [{"epoch": 1, "phase": "train", "dataset_resident_frac_start": 0.9},
+                   {"epoch": 2, "phase": "train", "dataset_resident_frac_start": 1.0}],
+    }
+    s.update(measured)
+    return s
+
+
+def _without(s: dict[str, Any], path: str) -> dict[str, Any]:
+    out = copy.deepcopy(s)
+    node = out
+    *parents, last = path.split(".")
+    for p in parents:
+        node = node[p]
+    node.pop(last)
+    return out
+
+
+def _text(fn: Any, s: dict[str, Any]) -> str:
+    got = fn(s)
+    return "" if got is None else got[1]
+
+
+def test_page_cache_claim_needs_dataset_files() -> None:
+    s = _summary()
+    assert "already in the kernel's page cache" in _text(cold_vs_warm, s)
+    # An in-memory dataset: no files, so no disk or page-cache story at all.
+    assert cold_vs_warm(_without(s, "dataset.files")) is None
+
+
+def test_ram_inference_needs_files_and_redecode_needs_decoding() -> None:
+    cold = _summary(phases=[{"epoch": 1, "phase": "train", "dataset_resident_frac_start": 0.0},
+                            {"epoch": 2, "phase": "train", "dataset_resident_frac_start": 1.0}],
+                    epochs=[{"epoch": 1, "disk_read_bytes": 590_000_000, "rchar_bytes": 600_000_000},
+                            {"epoch": 2, "disk_read_bytes": 1_000_000, "rchar_bytes": 600_000_000}])
+    assert "re-reads and re-decodes" in _text(ram_inference, cold)
+    assert "re-decodes" not in _text(ram_inference, _without(cold, "by_phase.train.decode_ms_per_image"))
+    assert ram_inference(_without(cold, "dataset.files")) is None
+
+
+def test_decoding_claims_need_a_timed_decode_stage() -> None:
+    s = _summary()
+    assert "still decoded, resized and normalised" in _text(train_vs_val, s)
+    assert "still decoded" in _text(val_inference, s)
+    no_decode = _without(s, "by_phase.val.decode_ms_per_image")
+    assert "decoded" not in _text(train_vs_val, no_decode)
+    assert "decoded" not in _text(val_inference, no_decode)
+    tiny = _summary()
+    tiny["by_phase"]["val"]["decode_ms_per_image"] = 0.001  # below the floor: nothing decoded
+    assert "decoded" not in _text(val_inference, tiny)
+
+
+def test_headline_names_decoding_and_augmenting_only_as_measured() -> None:
+    s = _summary()
+    assert "(decoding and augmenting the images)" in _text(headline, s)
+    s_watch = _without(_without(s, "run.augmented"), "by_phase.train.decode_ms_per_image")
+    text = _text(headline, s_watch)
+    assert "the CPU preparing batches could not keep up" in text
+    assert "decod" not in text and "augment" not in text
+
+
+def test_augmentation_claims_need_a_known_augmentation() -> None:
+    s = _summary()
+    assert "not augmented" in _text(train_vs_val, s)
+    watched = _without(s, "run.augmented")  # a watched script: augmentation unknown
+    assert "augment" not in _text(train_vs_val, watched)
+    assert "only the augmentation is skipped" in _text(val_inference, s)
+    assert "augmentation" not in _text(val_inference, watched)
+
+
+def test_gpu_idle_claim_needs_a_measured_gpu() -> None:
+    s = _summary()
+    assert "the GPU idles while it waits" in _text(gpu_pattern, s)
+    assert gpu_pattern(_without(s, "by_phase.train.gpu_util_pct")) is None
+    no_gpu = _without(_without(s, "by_phase.train.gpu_util_pct"), "by_phase.val.gpu_util_pct")
+    for fn in (headline, train_vs_val, cold_vs_warm, val_inference):
+        assert "GPU" not in _text(fn, no_gpu)
+
+
+def test_scipy_figures_only_for_the_seed_augmentation() -> None:
+    s = _summary()
+    agg = _agg("train", cpu_util_pct=97.0)
+    seed = input_finding(agg, cores=1, summary=s)
+    assert seed is not None and "SciPy" in seed["fix"]
+    script = input_finding(agg, cores=1, summary=_without(s, "run.augment"))
+    assert script is not None and "SciPy" not in script["fix"] and "1,400" not in script["fix"]
+    assert "decode once" not in input_finding(
+        agg, cores=1, summary=_without(_without(s, "run.augment"),
+                                       "by_phase.train.decode_ms_per_image"))["fix"]
+
+
+def test_every_claim_is_used_where_sentences_are_made() -> None:
+    src = Path(evidence.__file__).parent
+    code = (src / "explain.py").read_text() + (src / "findings.py").read_text()
+    for claim_id in evidence.CLAIMS:
+        used = f'"{claim_id}"' in code
+        used = used or (claim_id.startswith("decoded_") and 'f"decoded_{' in code)
+        assert used, claim_id
+        assert evidence.rests_on(claim_id)
