@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from stepscope.errors import ModelError
-from stepscope.train import models, precision
+from stepscope.train import precision, weights
 from stepscope.train.models import (
     TransferModel,
     create_imagenet_classifier,
@@ -172,7 +172,7 @@ def test_unknown_model_name_lists_close_matches() -> None:
 def test_offline_imagenet_fails_fast_with_a_hint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if models._hub_reachable():
+    if weights.hub_reachable():
         pytest.skip("the Hugging Face hub is reachable here: this test needs an offline machine")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
