@@ -66,6 +66,9 @@ def compare_json(cmp: Comparison, a: dict[str, Any], b: dict[str, Any]) -> dict[
         "memory_total": {"a_bytes": cmp.memory_total_a, "b_bytes": cmp.memory_total_b},
         "findings_resolved": list(cmp.findings_resolved),
         "findings_new": list(cmp.findings_new),
+        "predicted": [{"epoch": g.epoch, "phase": g.phase, "change": g.change,
+                       "predicted": g.predicted, "achieved": g.achieved,
+                       "error_frac": g.error_frac} for g in cmp.predicted],
     }
 
 
