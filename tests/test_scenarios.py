@@ -191,3 +191,19 @@ def test_validation_loads_faster_than_training(synth400: Path, tmp_path: Path) -
     why = answers["Why validation differs from training"]
     print(f"  explain: {why}")
     assert "not augmented" in why
+
+
+@pytest.mark.slow  # ~60 s: 25 steps of Keras-style augmentation on two loaded cores
+def test_cores_saturated_by_augmentation_with_as_many_workers_as_cores(synth400: Path,
+                                                                       tmp_path: Path) -> None:
+    """Two workers augmenting Keras-style (~5 ms of CPU an image) on a two-core job, the trunk on
+    the same cores: the job's cores are the limit, and the advice must not be more workers."""
+    cores = usable_cores()
+    s = _run("saturated", synth400, tmp_path, model=SMALL_MODEL, img_size=64, augment="seed",
+             aug_backend="keras", workers=str(cores), threads=SMALL_THREADS,
+             max_steps=FIRM_STEPS)
+    tr = s["by_phase"]["train"]
+    assert tr["verdict"] == "input-bound"
+    assert tr["input_cause"] == "cpu", tr["input_evidence"]
+    fix = next(f["fix"] for f in s["findings"] if f["id"] == "input_bound_train")
+    assert "--workers" not in fix and "more workers would not help" in fix
