@@ -60,11 +60,12 @@ def _probe(probe: stages.LoaderProbe) -> Callable[[int], int]:
 
 def measure(calls: int, runs: int) -> dict[str, list[float]]:
     hooked = stages.timed("decode", _bare)
-    out: dict[str, list[float]] = {"stage": [], "batch": [], "wait": [], "unset": []}
+    out: dict[str, list[float]] = {"stage": [], "batch": [], "wait": [], "unset": [], "bare": []}
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(runs):
             stages.set_folder(folder)
             bare = _per_call_ns(_bare, calls)
+            out["bare"].append(bare)  # the machine's speed: a plain Python call, for scale
             out["stage"].append(_per_call_ns(hooked, calls) - bare)
             out["batch"].append(_per_call_ns(_batch, calls // 10) - bare)
             out["wait"].append(_per_call_ns(_probe(stages.LoaderProbe(None, os.getpid())),

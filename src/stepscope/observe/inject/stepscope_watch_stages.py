@@ -91,9 +91,11 @@ _folder: str | None = os.environ.get(ENV_DIR) or None
 
 
 def _forget_board() -> None:
-    # A forked child must not write into its parent's page: it makes its own on first use.
-    global _board
+    # A forked child must not write into its parent's page, nor read its parent's thread's
+    # scheduler figures: it opens its own on first use.
+    global _board, _sched_fds
     _board = None
+    _sched_fds = threading.local()
 
 
 os.register_at_fork(after_in_child=_forget_board)
@@ -198,13 +200,20 @@ def timed(name: str, fn: Callable[..., Any], nbytes: Callable[..., int] | None =
     return wrapper
 
 
+_sched_fds = threading.local()  # per thread: its own schedstat file, opened once
+
+
 def _sched() -> tuple[float, float]:
     """(on-CPU s, run-queue wait s) of the calling thread; (thread CPU, 0) without schedstat."""
+    fd = getattr(_sched_fds, "fd", None)
     try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            parts = f.read().split()
+        if fd is None:
+            # /proc/thread-self names the opening thread: the descriptor stays this thread's.
+            fd = _sched_fds.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        parts = os.pread(fd, 96, 0).split()
         return int(parts[0]) / 1e9, int(parts[1]) / 1e9
     except (OSError, IndexError, ValueError):
+        _sched_fds.fd = None
         return time.thread_time(), 0.0
 
 
