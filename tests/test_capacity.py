@@ -74,7 +74,7 @@ def test_inline_cpu_loading_with_a_spare_core_is_workers() -> None:
 
 
 def test_cold_reads_and_blocked_loaders_are_storage_before_cpu() -> None:
-    ev = InputEvidence(workers=0, disk_read_bytes=99, rchar_bytes=100, disk_wait_frac=0.28,
+    ev = InputEvidence(workers=0, disk_read_bytes=99 << 20, rchar_bytes=100 << 20, disk_wait_frac=0.28,
                        psi_io_some_pct=21.0)
     lf = _lf(workers=0, fetch_cpu_s=1.0, worker_busy_s=[])
     # The whole training process was at 108 % of a core: never read as the loader's CPU.
@@ -84,7 +84,8 @@ def test_cold_reads_and_blocked_loaders_are_storage_before_cpu() -> None:
 
 
 def test_cold_reads_beside_busy_loaders_are_not_storage() -> None:
-    ev = InputEvidence(workers=2, disk_read_bytes=99, rchar_bytes=100, disk_wait_frac=0.25)
+    ev = InputEvidence(workers=2, disk_read_bytes=99 << 20, rchar_bytes=100 << 20,
+                       disk_wait_frac=0.25)
     lf = _lf(workers=2, fetch_cpu_s=7.6, worker_busy_s=[4.0, 4.0])
     assert _cause(lf, ev, 2, _phase(main_cpu=100.0)).cause != "storage"
 
