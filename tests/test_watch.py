@@ -67,8 +67,8 @@ def test_pytorch_imagefolder_script(tmp_path: Path) -> None:
     info = r.run()
     assert (info.kind, info.status, info.exit_code) == ("watch", "completed", 0)
     assert "imagefolder_train.py" in info.command
-    assert _phase_table(r) == [(0, "train", 6, 48), (0, "val", 2, 16),
-                               (1, "train", 6, 48), (1, "val", 2, 16)]
+    assert _phase_table(r) == [(1, "train", 6, 48), (1, "val", 2, 16),
+                               (2, "train", 6, 48), (2, "val", 2, 16)]
     assert all(p.workers == 2 and p.ended is not None for p in r.phases())
     steps = r.steps()
     assert len(steps) == 16
@@ -103,8 +103,8 @@ def test_keras_fit_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert (result.exit_code, result.status) == (0, "completed")
     r = RunReader(run)
     # 64 training samples in batches of 16; 24 validation samples: 16 + 8.
-    assert _phase_table(r) == [(0, "train", 4, 64), (0, "val", 2, 24),
-                               (1, "train", 4, 64), (1, "val", 2, 24)]
+    assert _phase_table(r) == [(1, "train", 4, 64), (1, "val", 2, 24),
+                               (2, "train", 4, 64), (2, "val", 2, 24)]
     _assert_split_adds_up(r)
     assert all(s.compute_s > 0 for s in r.steps())
     facts = {k: f.value for k, f in r.facts().items()}
@@ -126,7 +126,7 @@ def test_sigkilled_script_is_interrupted_and_keeps_steps(tmp_path: Path) -> None
     r = RunReader(tmp_path)
     assert r.run().status == "interrupted"
     phases = r.phases()
-    assert (phases[0].epoch, phases[0].phase, phases[0].steps) == (0, "train", 4)
+    assert (phases[0].epoch, phases[0].phase, phases[0].steps) == (1, "train", 4)
     assert len(r.steps(phases[0].phase_id)) == 4
     assert all(p.ended is not None for p in phases)  # the killed phase is closed by the parent
     assert any("SIGKILL" in n.text for n in r.notes())
@@ -271,7 +271,7 @@ def test_recorder_split_and_epochs() -> None:
     rec.at_exit()
     msgs = _messages(rec, read_fd)
     phases = [m for m in msgs if m[0] == "P"]
-    assert [(m[2], m[3]) for m in phases] == [(0, "val"), (0, "train"), (0, "val")]
+    assert [(m[2], m[3]) for m in phases] == [(0, "val"), (1, "train"), (1, "val")]
     steps = [m for m in msgs if m[0] == "S"]
     _, _, _, _, wall, wait, transfer, compute, other, images, warm = steps[0]
     assert (wall, wait, transfer, compute, other, images, warm) == pytest.approx(
@@ -288,7 +288,7 @@ def test_recorder_new_train_phase_closes_abandoned_ones() -> None:
     rec.begin_phase("val", None, clock.t)  # nested validation: train stays open
     assert [p.phase for p in rec.open_phases] == ["train", "val"]
     rec.begin_phase("train", None, clock.t)  # the next epoch: both earlier phases end
-    assert [(p.epoch, p.phase) for p in rec.open_phases] == [(1, "train")]
+    assert [(p.epoch, p.phase) for p in rec.open_phases] == [(2, "train")]
     _messages(rec, read_fd)
 
 

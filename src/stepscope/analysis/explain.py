@@ -21,6 +21,7 @@ from stepscope.analysis.fmt import (
     fmt_ratio,
     fmt_s,
 )
+from stepscope.analysis.vocab import KERAS, framework_of, vocab
 
 Summary = dict[str, Any]
 COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
@@ -62,6 +63,12 @@ def _preparing_words(s: Summary, kind: str) -> str:
     return f" ({what} the images)" if what else ""
 
 
+def _cause_words(s: Summary, cause: str) -> str:
+    if cause == "workers" and framework_of(s) == KERAS:  # the loader in the framework's words
+        return vocab(KERAS).workers_spare
+    return _CAUSE_WORDS.get(cause, cause)
+
+
 def _split_words(agg: dict[str, Any]) -> str:
     return (f"A step took {_ms_of(agg['step_ms_per_step'])}: {_ms_of(agg['data_wait_ms_per_step'])} "
             f"waiting for data, {_ms_of(agg['transfer_ms_per_step'])} copying to the device, "
@@ -78,7 +85,7 @@ def headline(s: Summary) -> tuple[str, str] | None:
     if v == "input-bound":
         text = f"{kind} was input-bound: {fmt_pct(agg['data_wait_frac'])} of every step waited for data"
         if agg.get("input_cause"):
-            words = _CAUSE_WORDS.get(agg["input_cause"], agg["input_cause"])
+            words = _cause_words(s, agg["input_cause"])
             text += "; " + words.replace("{prep}", _preparing_words(s, agg["phase"]))
             if agg.get("input_evidence"):
                 text += " (" + "; ".join(agg["input_evidence"]) + ")"
@@ -242,7 +249,7 @@ def cpu_pattern(s: Summary) -> tuple[str, str] | None:
     if ws:
         p = ws[0]
         n = len(p["worker_cpu_pct"])
-        text += (f" In epoch {p['epoch']} {p['phase']} the {fmt_count(n, 'DataLoader worker')} "
+        text += (f" In epoch {p['epoch']} {p['phase']} the {fmt_count(n, vocab(framework_of(s)).worker)} "
                  f"{'was' if n == 1 else 'were'} at "
                  + ", ".join(f"{c:.0f} %" for c in p["worker_cpu_pct"]) + " of a core.")
     ck = s.get("checkpoints") or {}

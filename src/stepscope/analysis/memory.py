@@ -22,6 +22,7 @@ from typing import Any
 
 from stepscope.analysis.fmt import fmt_bytes
 from stepscope.analysis.samples import SampleCache, Series
+from stepscope.analysis.vocab import vocab
 from stepscope.store.records import Fact, ProcessInfo
 
 HOST_UNATTRIBUTED_TARGET_FRAC = 0.10
@@ -35,6 +36,10 @@ _NAMED_ITEMS = (
     ("mem.optimizer_bytes", "optimizer state", "optimizer state tensors after the first step"),
     ("mem.activations_peak_bytes", "activations at peak", "tensors saved for backward at the peak"),
     ("mem.input_batch_bytes", "input batch", "one input batch as it reaches the model"),
+    ("mem.model_objects_bytes", "model objects beyond the weights",
+     "RSS growth from the framework import to fit(), minus the weights"),
+    ("mem.first_step_bytes", "first training step: compiled step, activations, arenas",
+     "RSS growth over the first training step, minus the optimizer state"),
 )
 
 _NAMED_NAMES = {name for _, name, _ in _NAMED_ITEMS}
@@ -144,12 +149,19 @@ def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[Proces
         items.append(_item("shared memory for batches", shm_at_peak - shm.v[0],
                            "host Shmem at the peak − at the start (/dev/shm batches from workers)"))
     for i, (pid, uss) in enumerate(worker_uss, 1):
-        items.append(_item(f"DataLoader worker {i}", uss, f"USS of worker pid {pid} (smaps_rollup)"))
+        items.append(_item(f"{_worker_word(facts)} {i}", uss,
+                           f"USS of worker pid {pid} (smaps_rollup)"))
     total = int(main_rss + sum(u for _, u in worker_uss))
     ledger = _close(total, items, "cpu", notes, HOST_UNATTRIBUTED_TARGET_FRAC)
     ledger["peak_t"] = t_peak
     ledger["main_rss_bytes"] = int(main_rss)
     return ledger
+
+
+def _worker_word(facts: dict[str, Fact]) -> str:
+    loop = facts.get("loop.framework")
+    keras = loop is not None and loop.value in ("keras", "tf.keras")
+    return vocab("keras" if keras else None).worker
 
 
 def _gpu_used_peak(cache: SampleCache, gpu: int, pids: set[int]) -> tuple[float, float] | None:

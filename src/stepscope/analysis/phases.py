@@ -170,6 +170,7 @@ class PhaseContext:
     cores: float | None = None  # the cores this job may use (affinity, quota)
     host_cores: int | None = None  # the host's cores (per-CPU series), to see their idle time
     seen: set[tuple[int, str]] = field(default_factory=set)  # (rank, phase) already summarized
+    worker_word: str = "DataLoader worker"
 
 
 def phase_window(ph: PhaseRecord, steps: list[StepRecord]) -> tuple[float, float]:
@@ -216,7 +217,7 @@ def _input_evidence(ph: PhaseRecord, ctx: PhaseContext, t0: float, t1: float,
         resident_frac_start=ph.resident_frac_start,
         psi_io_some_pct=ctx.cache.mean("host", "psi_io_some_pct", t0, t1),
         disk_wait_frac=_disk_wait_frac(ctx.cache, loader_pids, t0, t1),
-        disk_busy_pct=_disk_busy(ctx.cache, t0, t1),
+        disk_busy_pct=_disk_busy(ctx.cache, t0, t1), worker_word=ctx.worker_word,
     )
     return ev, loader_ms
 

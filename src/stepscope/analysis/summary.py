@@ -28,6 +28,7 @@ from stepscope.analysis.phases import (
 from stepscope.analysis.ranks import add_rank_stores
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import decide_verdict
+from stepscope.analysis.vocab import framework_of, vocab
 from stepscope.atomic import atomic_write_text
 from stepscope.policy import weighted_mean
 from stepscope.store.db import RunReader
@@ -217,6 +218,16 @@ def _summarize_phases(reader: RunReader, ctx: PhaseContext, rank: int
     return [p for p in every if (p["rank"] or 0) == rank], steps_by_phase
 
 
+def _loader_section(facts: dict[str, Fact]) -> dict[str, Any]:
+    """What ran the loop and fed it (watch's ``loop.*``/``loader.*`` facts; None elsewhere)."""
+    out: dict[str, Any] = {"framework": _fact(facts, "loop.framework"),
+                           "keras_backend": _fact(facts, "loop.keras_backend")}
+    for key in ("kind", "class", "workers", "multiprocessing", "parallel_calls", "prefetch",
+                "cache", "augments"):
+        out[key] = _fact(facts, f"loader.{key}")
+    return out
+
+
 def _facts_sections(facts: dict[str, Fact], cache: SampleCache, cores: float | None
                     ) -> dict[str, Any]:
     mem_total = cache.get("host", "mem_total_bytes").max()
@@ -229,6 +240,7 @@ def _facts_sections(facts: dict[str, Fact], cache: SampleCache, cores: float | N
                   "framework": _fact(facts, "mem.framework"),
                   "precision": _fact(facts, "train.precision"),
                   "channels_last": _fact(facts, "train.channels_last")},
+        "loader": _loader_section(facts),
         "host": {"cores": cores, "mem_total_bytes": mem_total,
                  "mem_available_min_bytes": cache.get("host", "mem_available_bytes").min(),
                  "bf16": _fact(facts, "env.bf16")},
@@ -270,7 +282,8 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     ctx = PhaseContext(cache=cache, processes=reader.processes(), main_pid=main_pid,
                        gpu_index=gpu, stages=_stage_facts(facts), cores=_job_cores(facts, cache),
                        host_cores=sum(1 for s in cache.sources("cpu_util_pct")
-                                      if re.fullmatch(r"cpu\d+", s)) or None)
+                                      if re.fullmatch(r"cpu\d+", s)) or None,
+                       worker_word=vocab(framework_of({"loader": _loader_section(facts)})).worker)
     phases, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
     _mark_cached_phases(phases, facts)
     checkpoints = _assign_checkpoints(phases, cache)

@@ -132,6 +132,7 @@ class InputEvidence:
     psi_io_some_pct: float | None = None
     disk_wait_frac: float | None = None
     disk_busy_pct: float | None = None
+    worker_word: str = "DataLoader worker"  # the framework's name for one (analysis/vocab.py)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def _cpu_saturated(ev: InputEvidence) -> list[str]:
         mean = sum(ev.worker_cpu_pct) / len(ev.worker_cpu_pct)
         if mean >= WORKER_SATURATED_PCT:
             each = ", ".join(f"{p:.0f} %" for p in ev.worker_cpu_pct)
-            n = fmt_count(len(ev.worker_cpu_pct), "DataLoader worker")
+            n = fmt_count(len(ev.worker_cpu_pct), ev.worker_word)
             lines.append(f"{n} at {each} of a core")
     if ev.workers == 0 and ev.main_cpu_pct is not None and ev.main_cpu_pct >= WORKER_SATURATED_PCT:
         lines.append(

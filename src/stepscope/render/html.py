@@ -138,7 +138,7 @@ def _process_cpu(tl: Timeline) -> str:
     else:
         total = sum_series([s for _, s in workers], "workers", "cpu_util_pct")
         if total is not None:
-            lines.append(_line(total, f"all {len(workers)} DataLoader workers (sum)", PALETTE[1]))
+            lines.append(_line(total, f"all {len(workers)} loading workers (sum)", PALETTE[1]))
     children = sum_series([s for _, s in by_role["child"]], "children", "cpu_util_pct")
     if children is not None:
         lines.append(_line(children, "other child processes (sum)", PALETTE[5]))
@@ -146,7 +146,7 @@ def _process_cpu(tl: Timeline) -> str:
         return empty("No per-process CPU was recorded.")
     return (_chart(tl, lines, unit="pct", y_label="CPU (100 % = one core)")
             + how("CPU time of each process of the training, where 100 % is one core fully "
-                   "busy. DataLoader workers are separate processes: their time is not in the "
+                   "busy. Loading workers are separate processes: their time is not in the "
                    "main process's figure."))
 
 
@@ -218,7 +218,7 @@ def _memory_section(tl: Timeline) -> Body | None:
     return "Host memory", [
         _chart(tl, lines, unit="bytes", y_label="memory"),
         how("Machine memory in use and in the page cache, and the training's processes. "
-             "Forked DataLoader workers share most pages with the main process, so their RSS "
+             "Forked loading workers share most pages with the main process, so their RSS "
              "counts the same pages again; USS counts each page once."),
     ]
 

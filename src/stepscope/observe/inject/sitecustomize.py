@@ -71,7 +71,11 @@ def _install(fd_text: str) -> None:
 
     def keras_hook(module: object) -> None:
         imported("keras")
-        stepscope_watch_keras.install(module, rec)
+        stepscope_watch_keras.install(module, rec, recorder.count_images)
+
+    def tf_keras_hook(module: object) -> None:
+        imported("keras")
+        stepscope_watch_keras.install_tf_keras(module, rec, recorder.count_images)
 
     def lightning_hook(module: object) -> None:
         stepscope_watch_lightning.install(module, rec, recorder.count_images)
@@ -79,6 +83,7 @@ def _install(fd_text: str) -> None:
     hooks = {
         "torch": torch_hook,
         "keras": keras_hook,
+        "tf_keras": tf_keras_hook,
         "lightning.pytorch": lightning_hook,
         "pytorch_lightning": lightning_hook,
         "accelerate.data_loader": accelerate_hook,

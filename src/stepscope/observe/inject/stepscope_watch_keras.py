@@ -1,93 +1,217 @@
-"""Keras 3 hooks for ``stepscope watch`` (any backend), installed right after ``import keras``.
+"""Keras hooks for ``stepscope watch``: Keras 3 (any backend) and tf-keras (``tf.keras`` with
+``TF_USE_LEGACY_KERAS=1``), installed right after ``import keras`` / ``import tf_keras``.
 
-``Model.fit``/``evaluate``/``predict`` get one more callback. Batch and epoch callbacks are the
-step and phase boundaries: ``on_epoch_begin`` opens a train phase, ``on_test_begin`` (inside
-``fit`` or from ``evaluate``) a val phase of the current epoch. A step's data wait is the time
-from the previous batch's end (or the phase start) to this batch's begin callback, which covers
-fetching the batch and Keras's own between-batch work; compute is begin to end callback.
-``predict`` is recorded as a val phase (it is inference), with a note.
+``Model.fit``/``evaluate``/``predict`` get one more callback, whose epoch and test hooks are the
+phase boundaries (``on_epoch_begin`` opens a train phase, ``on_test_begin`` a val phase of the
+current epoch; ``predict`` is recorded as a val phase, with a note) and whose batch-begin hooks
+cut the steps. The data wait is measured where each backend fetches its batch (see
+``stepscope_watch_keras_steps``). The callback is ``async_safe`` and has no batch-end hook, so
+Keras keeps its asynchronous callbacks and watching adds no device sync per batch.
 
-Keras does not hand callbacks the batch, so images per step come from the call: the number of
-samples of ``x`` (arrays, tensors, dicts or lists of them) and ``batch_size`` (32 when not
-given, as Keras does); for other inputs a ``batch_size`` attribute; else 0, with a note.
+What loads the data is recorded as facts (``loader.*``): the input kind (PyDataset, generator,
+tf.data, arrays), PyDataset workers and multiprocessing, tf.data parallel calls, prefetch and
+cache, and whether an ImageDataGenerator augments. The advice reads them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_keras_data import describe_input, loop_sizes
+    from stepscope.observe.inject.stepscope_watch_keras_steps import (
+        KerasSteps,
+        TimedIterable,
+        mark_dataset,
+    )
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
+else:  # in the watched interpreter these are top-level modules (see sitecustomize)
+    from stepscope_watch_keras_data import describe_input, loop_sizes
+    from stepscope_watch_keras_steps import KerasSteps, TimedIterable, mark_dataset
 
-ImagesFn = Callable[[int, int], int]
 
-
-def install(keras: ModuleType, rec: Recorder) -> None:
-    """Wrap ``keras.Model.fit``/``evaluate``/``predict`` so every call carries our callback."""
-    callback_cls = _callback_class(keras, rec)
-    for name in ("fit", "evaluate", "predict"):
-        orig = getattr(keras.Model, name)
-        setattr(keras.Model, name, _wrap(orig, name, callback_cls, rec))
+def install(keras: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -> None:
+    """Keras 3: wrap ``Model.fit``/``evaluate``/``predict`` and the backend's batch source."""
+    _baseline(rec, "Keras 3 and its backend")
+    steps = KerasSteps(rec, count_images)
     try:
         backend = keras.backend.backend()
     except Exception:
         backend = None
+    _wrap_model(keras.Model, keras.callbacks.Callback, rec, steps, "keras")
     rec.send(["K", backend], urgent=True)
+    rec.fact("loop.framework", "keras", "watch: the script called Keras 3's Model.fit/evaluate")
+    rec.fact("loop.keras_backend", backend, "watch: keras.backend.backend()")
+    patch = {"tensorflow": _patch_tensorflow, "jax": _patch_jax, "torch": _patch_torch}.get(
+        str(backend))
+    if patch is not None:
+        try:
+            patch(rec, steps)
+        except Exception as exc:  # an unknown Keras version: steps still come from callbacks
+            rec.note("watch", f"Keras {backend} data wait not measured: "
+                              f"{type(exc).__name__}: {exc}")
 
 
-def _num_samples(x: Any) -> int | None:
-    if isinstance(x, dict) and x:
-        x = next(iter(x.values()))
-    if isinstance(x, (list, tuple)) and x and hasattr(x[0], "shape"):
-        x = x[0]
-    shape = getattr(x, "shape", None)
-    if shape is not None and len(shape) > 0 and shape[0] is not None:
-        return int(shape[0])
-    return None
+def install_tf_keras(tf_keras: ModuleType, rec: Recorder,
+                     count_images: Callable[[Any], int]) -> None:
+    """tf-keras (Keras 2 on TensorFlow): the same callback, batches marked in its DataHandler."""
+    _baseline(rec, "tf-keras and TensorFlow")
+    steps = KerasSteps(rec, count_images)
+    _wrap_model(tf_keras.Model, tf_keras.callbacks.Callback, rec, steps, "tf.keras")
+    rec.send(["K", "tensorflow"], urgent=True)
+    rec.fact("loop.framework", "tf.keras", "watch: the script called tf-keras's Model.fit/evaluate")
+    rec.fact("loop.keras_backend", "tensorflow", "watch: tf-keras runs on TensorFlow")
+    try:
+        _patch_tf_keras(rec, steps)
+    except Exception as exc:
+        rec.note("watch", f"tf-keras data wait not measured: {type(exc).__name__}: {exc}")
 
 
-def batch_images(n: int | None, batch_size: int | None) -> ImagesFn:
-    """``images(first, last)``: samples in batches ``first..last`` of an epoch over ``n``."""
-
-    def images(first: int, last: int) -> int:
-        if batch_size is None:
-            return 0
-        total = 0
-        for i in range(first, last + 1):
-            left = batch_size if n is None else n - i * batch_size
-            total += max(0, min(batch_size, left))
-        return total
-
-    return images
+# -- memory: RSS at three moments, so the ledger can name what grew between them ----------------
+def rss_bytes() -> int | None:
+    """This process's resident set size (``/proc/self/statm``; Linux)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
-def _loop_sizes(name: str, a: dict[str, Any], rec: Recorder) -> tuple[ImagesFn, ImagesFn]:
-    """Images-per-batch functions for the train and the val phases of this call."""
-    x = a.get("x")
-    n = _num_samples(x)
-    bs = a.get("batch_size") or (32 if n is not None else getattr(x, "batch_size", None))
-    if bs is None and rec.once("keras-images"):
-        rec.note("watch", f"Keras input of type {type(x).__name__}: images per step unknown "
-                          "(recorded as 0)")
-    if name != "fit":
-        return batch_images(n, bs), batch_images(n, bs)
-    val_bs = a.get("validation_batch_size") or bs
-    split = a.get("validation_split") or 0.0
-    val = a.get("validation_data")
-    if split and n is not None:
-        n_train = int(n * (1.0 - split))
-        return batch_images(n_train, bs), batch_images(n - n_train, val_bs)
-    val_x = val[0] if isinstance(val, (tuple, list)) and val else val
-    n_val = _num_samples(val_x)
-    if n_val is None and val_x is not None:
-        val_bs = a.get("validation_batch_size") or getattr(val_x, "batch_size", None)
-    return batch_images(n, bs), batch_images(n_val, val_bs)
+def _baseline(rec: Recorder, what: str) -> None:
+    rss = rss_bytes()
+    if rss is not None:
+        rec.rss_marks["import"] = rss
+        rec.fact("mem.runtime_baseline_bytes", rss,
+                 f"watch: process RSS right after importing {what} (interpreter + libraries)")
 
 
-def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
-          ) -> Callable[..., Any]:
+def _mark_rss(rec: Recorder, moment: str) -> None:
+    if moment in rec.rss_marks:
+        return
+    rss = rss_bytes()
+    if rss is not None:
+        rec.rss_marks[moment] = rss
+
+
+def memory_growth_facts(rec: Recorder, weights: int, optimizer: int) -> None:
+    """Name the RSS growth from the import to fit() and over the first training step."""
+    marks = rec.rss_marks
+    if "import" in marks and "fit" in marks:
+        rec.fact("mem.model_objects_bytes", max(0, marks["fit"] - marks["import"] - weights),
+                 "watch: RSS growth from the framework import to the first fit(), minus the "
+                 "weights (layer objects, graphs, the data pipeline's setup)")
+    if "fit" in marks and "first_step" in marks:
+        rec.fact("mem.first_step_bytes", max(0, marks["first_step"] - marks["fit"] - optimizer),
+                 "watch: RSS growth over fit()'s start and first training step, minus the "
+                 "optimizer state (traced/compiled train function, activations, allocator "
+                 "arenas, prefetched batches)")
+
+
+# -- where each backend fetches its batch ------------------------------------------------------
+def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import trainer
+
+    cls = trainer.TFEpochIterator
+    init, nxt, get = cls.__init__, cls.__next__, cls._get_iterator
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        _mark(tf, self, "_distributed_dataset", rec, steps)
+
+    def __next__(self: Any) -> Any:
+        out = nxt(self)
+        steps.use(id(self), int(self.steps_per_execution or 1))
+        return out
+
+    def _get_iterator(self: Any) -> Any:
+        steps.new_iterator(id(self))  # before the new iterator starts prefetching
+        return get(self)
+
+    cls.__init__, cls.__next__, cls._get_iterator = __init__, __next__, _get_iterator
+
+
+def _mark(tf: Any, owner: Any, attr: str, rec: Recorder, steps: KerasSteps) -> None:
+    ds = getattr(owner, attr)
+    if isinstance(ds, tf.data.Dataset):
+        setattr(owner, attr, mark_dataset(tf, ds, steps, id(owner)))
+    elif rec.once("keras-distributed"):
+        rec.note("watch", "Keras input under a tf.distribute strategy: its data wait is not "
+                          "measured (recorded as 0)")
+
+
+def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
+    import tensorflow as tf
+    from tf_keras.src.engine import data_adapter
+
+    cls = data_adapter.DataHandler
+    configure, epochs, each_step = (cls._configure_dataset_and_inferred_steps,
+                                    cls.enumerate_epochs, cls.steps)
+
+    def _configure_dataset_and_inferred_steps(self: Any, *args: Any, **kwargs: Any) -> None:
+        configure(self, *args, **kwargs)
+        _mark(tf, self, "_dataset", rec, steps)
+
+    def enumerate_epochs(self: Any) -> Any:
+        previous = None
+        gen = epochs(self)
+        while True:
+            t0 = steps.clock()  # a new iterator is made after this instant, if one is
+            try:
+                epoch, iterator = next(gen)
+            except StopIteration:
+                return
+            if iterator is not previous:
+                steps.new_iterator(id(self), since=t0)
+                previous = iterator
+            yield epoch, iterator
+
+    def steps_(self: Any) -> Any:
+        for step in each_step(self):
+            steps.use(id(self), int(self._step_increment) + 1)
+            yield step
+
+    cls._configure_dataset_and_inferred_steps = _configure_dataset_and_inferred_steps
+    cls.enumerate_epochs = enumerate_epochs
+    cls.steps = steps_
+
+
+def _patch_jax(rec: Recorder, steps: KerasSteps) -> None:
+    from keras.src.backend.jax import trainer
+
+    _time_iterator(trainer.JAXEpochIterator, steps)
+
+
+def _patch_torch(rec: Recorder, steps: KerasSteps) -> None:
+    from keras.src.backend.torch import trainer
+
+    steps.pull_cuts = True
+    _time_iterator(trainer.TorchEpochIterator, steps)
+
+
+def _time_iterator(cls: type, steps: KerasSteps) -> None:
+    get = cls._get_iterator  # type: ignore[attr-defined]
+
+    def _get_iterator(self: Any) -> Any:
+        return TimedIterable(get(self), steps)
+
+    cls._get_iterator = _get_iterator  # type: ignore[attr-defined]
+
+
+# -- fit / evaluate / predict --------------------------------------------------------------------
+def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasSteps,
+                framework: str) -> None:
+    callback_cls = _callback_class(callback_base, rec, steps)
+    for name in ("fit", "evaluate", "predict"):
+        orig = getattr(model_cls, name)
+        setattr(model_cls, name, _wrap(orig, name, callback_cls, rec, steps, framework))
+
+
+def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder,
+          steps: KerasSteps, framework: str) -> Callable[..., Any]:
     import inspect  # here, not at start-up: only a Keras program pays for it
 
     sig = inspect.signature(orig)
@@ -99,8 +223,12 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
         try:
             bound = sig.bind(self, *args, **kwargs)
             a = bound.arguments
-            train_images, val_images = _loop_sizes(name, a, rec)
-            cb = callback_cls(name, train_images, val_images)
+            train_images, val_images = loop_sizes(name, a, rec)
+            train_in = describe_input(a.get("x"), a, rec, framework, "train")
+            val_in = describe_input(_val_x(a), a, rec, framework, "val") if name == "fit" \
+                else train_in
+            cb = callback_cls(name, train_images, val_images, train_in.get("workers"),
+                              val_in.get("workers"))
             cbs = a.get("callbacks")
             if cbs is None or isinstance(cbs, (list, tuple)):
                 a["callbacks"] = [*(cbs or []), cb]
@@ -109,12 +237,13 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
             args, kwargs = bound.args[1:], bound.kwargs
         except Exception as exc:
             rec.note("watch", f"Keras {name}() not instrumented: {type(exc).__name__}: {exc}")
+        _mark_rss(rec, "fit")
         rec.framework_depth += 1
         try:
             return orig(self, *args, **kwargs)
         finally:
             rec.framework_depth -= 1
-            rec.cb_phase_end()  # a loop that raised leaves its phase open
+            steps.phase_end()  # a loop that raised leaves its phase open
 
     wrapper.__name__ = name
     wrapper.__doc__ = orig.__doc__
@@ -122,27 +251,17 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
     return wrapper
 
 
+def _val_x(a: dict[str, Any]) -> Any:
+    val = a.get("validation_data")
+    if isinstance(val, (tuple, list)) and val:
+        return val[0]
+    return val
+
+
 def _variables_bytes(variables: Any) -> int:
     import numpy as np  # Keras depends on NumPy
 
-    return sum(_count(v) * np.dtype(str(v.dtype)).itemsize for v in variables)
-
-
-def _ledger_facts(model: Any, rec: Recorder) -> None:
-    """Weights and optimizer state after the first training batch (the optimizer exists now)."""
-    try:
-        weights = list(model.weights)
-        trainable = list(model.trainable_weights)
-        rec.fact("mem.weights_bytes", _variables_bytes(weights), "watch: Keras model.weights")
-        rec.fact("model.params", sum(_count(v) for v in weights), "watch: Keras model.weights")
-        rec.fact("model.trainable_params", sum(_count(v) for v in trainable),
-                 "watch: Keras model.trainable_weights")
-        optimizer = getattr(model, "optimizer", None)
-        if optimizer is not None:
-            rec.fact("mem.optimizer_bytes", _variables_bytes(optimizer.variables),
-                     "watch: Keras optimizer.variables after the first training batch")
-    except Exception as exc:  # facts are a nicety; never break the fit
-        rec.note("watch", f"Keras memory facts not read: {type(exc).__name__}: {exc}")
+    return sum(_count(v) * np.dtype(str(v.dtype).replace("tf.", "")).itemsize for v in variables)
 
 
 def _count(v: Any) -> int:
@@ -152,56 +271,106 @@ def _count(v: Any) -> int:
     return count
 
 
-def _callback_class(keras: ModuleType, rec: Recorder) -> type:
-    base: Any = keras.callbacks.Callback
+def ledger_facts(model: Any, rec: Recorder) -> None:
+    """Weights and optimizer state after the first training phase (the optimizer exists now)."""
+    w_bytes = o_bytes = 0
+    try:
+        weights = list(model.weights)
+        trainable = list(model.trainable_weights)
+        w_bytes = _variables_bytes(weights)
+        rec.fact("mem.weights_bytes", w_bytes, "watch: Keras model.weights")
+        rec.fact("model.params", sum(_count(v) for v in weights), "watch: Keras model.weights")
+        rec.fact("model.trainable_params", sum(_count(v) for v in trainable),
+                 "watch: Keras model.trainable_weights")
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None:
+            o_bytes = _variables_bytes(optimizer.variables)
+            rec.fact("mem.optimizer_bytes", o_bytes,
+                     "watch: Keras optimizer.variables after the first training phase")
+    except Exception as exc:  # facts are a nicety; never break the fit
+        rec.note("watch", f"Keras memory facts not read: {type(exc).__name__}: {exc}")
+    memory_growth_facts(rec, w_bytes, o_bytes)
+    _runtime_memory(rec)
 
+
+def _runtime_memory(rec: Recorder) -> None:
+    """What the framework's allocator says it holds (TensorFlow and JAX, where a device has it)."""
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        try:
+            info = tf.config.experimental.get_memory_info("CPU:0")
+            rec.fact("mem.tf_allocator_peak_bytes", int(info["peak"]),
+                     "watch: tf.config.experimental.get_memory_info('CPU:0')['peak']")
+        except Exception:  # not every build tracks the CPU allocator
+            pass
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        try:
+            stats = jax.local_devices()[0].memory_stats() or {}
+            if "bytes_in_use" in stats:
+                rec.fact("mem.jax_bytes_in_use", int(stats["bytes_in_use"]),
+                         "watch: jax.local_devices()[0].memory_stats()['bytes_in_use']")
+        except Exception:
+            pass
+
+
+def _callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
     class StepscopeWatchCallback(base):
-        """Turns Keras loop callbacks into stepscope phases and steps."""
+        """Turns Keras loop callbacks into stepscope phases; steps are cut at batch begins."""
 
-        def __init__(self, call: str, train_images: ImagesFn, val_images: ImagesFn) -> None:
+        # No batch-end hook and async-safe: Keras keeps dispatching batch-end callbacks
+        # asynchronously (Keras 3) and hands tf-keras callbacks tensors, not numbers, so
+        # watching adds no device sync per batch.
+        async_safe = True
+        _supports_tf_logs = True
+
+        def __init__(self, call: str, train_images: Any, val_images: Any,
+                     train_workers: int | None, val_workers: int | None) -> None:
             super().__init__()
             self._call = call
-            self._train_images = train_images
-            self._val_images = val_images
+            self._train_images, self._val_images = train_images, val_images
+            self._train_workers, self._val_workers = train_workers, val_workers
+
+        def _end(self) -> None:
+            ph = steps.phase_end()
+            if ph is not None and ph.phase == "train":
+                _mark_rss(rec, "first_step")  # an epoch of one step
+            if ph is not None and ph.phase == "train" and rec.once("ledger"):
+                ledger_facts(self.model, rec)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            rec.cb_phase_begin("train", self._train_images)
+            steps.phase_begin("train", self._train_images, self._train_workers)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            rec.cb_phase_end()
+            self._end()
 
         def on_test_begin(self, logs: Any = None) -> None:
-            rec.cb_phase_begin("val", self._val_images)
+            self._end()
+            steps.phase_begin("val", self._val_images, self._val_workers)
 
         def on_test_end(self, logs: Any = None) -> None:
-            rec.cb_phase_end()
+            self._end()
 
         def on_predict_begin(self, logs: Any = None) -> None:
             if rec.once("keras-predict"):
                 rec.note("watch", "Keras predict() is recorded as a val phase (inference)")
-            rec.cb_phase_begin("val", self._train_images)
+            steps.phase_begin("val", self._train_images, self._train_workers)
 
         def on_predict_end(self, logs: Any = None) -> None:
-            rec.cb_phase_end()
+            self._end()
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            rec.cb_batch_begin(batch)
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            rec.cb_batch_end(batch)
-            if rec.once("ledger"):
-                _ledger_facts(self.model, rec)
+            steps.batch_begin(batch)
+            if batch > 0 and "first_step" not in rec.rss_marks:
+                _mark_rss(rec, "first_step")
 
         def on_test_batch_begin(self, batch: int, logs: Any = None) -> None:
-            rec.cb_batch_begin(batch)
-
-        def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
-            rec.cb_batch_end(batch)
+            steps.batch_begin(batch)
 
         def on_predict_batch_begin(self, batch: int, logs: Any = None) -> None:
-            rec.cb_batch_begin(batch)
-
-        def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
-            rec.cb_batch_end(batch)
+            steps.batch_begin(batch)
 
     return StepscopeWatchCallback
+

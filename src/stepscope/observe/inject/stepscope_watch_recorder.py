@@ -125,7 +125,9 @@ class Recorder:
         self.pid = os.getpid()
         self.main_thread_id = threading.get_ident()
         self._offset = time.time() - clock()
-        self.epoch = -1
+        # Epochs are numbered from 1, as Keras ("Epoch 1/2"), Lightning's progress bar,
+        # metrics.csv and `stepscope train` print them; 0 is validation before any training.
+        self.epoch = 0
         self._seq = 0
         self._warm_phases: set[str] = set()
         self.open_phases: list[PhaseState] = []
@@ -147,6 +149,7 @@ class Recorder:
         self._cb_first = 0
         self._cb_outer: tuple[PhaseState | None, Callable[[int, int], int]] | None = None
         self.at_exit_hooks: list[Callable[[float], None]] = []  # e.g. the loop tracker's flush
+        self.rss_marks: dict[str, int] = {}  # RSS at named moments (Keras's memory ledger)
 
     # -- plumbing ------------------------------------------------------------------------------
     def unix(self, t: float) -> float:
@@ -188,7 +191,7 @@ class Recorder:
                 self.end_phase(ph, t)
         if phase == "train" and not same_epoch:
             self.epoch += 1
-        epoch = max(self.epoch, 0)
+        epoch = self.epoch
         warm = 0 if phase in self._warm_phases else WARMUP_STEPS
         self._warm_phases.add(phase)
         ph = PhaseState(self._seq, epoch, phase, warm)

@@ -1,0 +1,157 @@
+"""What feeds a Keras loop, read from the ``fit``/``evaluate``/``predict`` call.
+
+``describe_input`` names the input kind and its parallelism, and sends them as ``loader.*``
+facts (the first time per phase kind): the advice speaks of what the script really uses.
+``loop_sizes`` gives the images per batch where the batches themselves cannot be counted.
+
+A phase's ``workers`` figure is the number of threads or processes that produce batches:
+``PyDataset(workers=N)`` → N (threads, or processes with ``use_multiprocessing``), tf.data →
+its widest ``map`` (AUTOTUNE counts as the job's cores), a generator → 1 (it runs in one
+thread), arrays → none (slicing an array is not loading). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_recorder import Recorder
+
+ImagesFn = Callable[[int, int], int]
+# ImageDataGenerator settings that make every epoch's images different (augmentation).
+AUGMENT_ATTRS = ("rotation_range", "width_shift_range", "height_shift_range", "shear_range",
+                 "zoom_range", "channel_shift_range", "horizontal_flip", "vertical_flip",
+                 "brightness_range", "preprocessing_function")
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _tf_pipeline(ds: Any) -> dict[str, Any]:
+    """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache, py funcs."""
+    parallel, prefetch, cache, depth = 1, False, False, 0
+    while ds is not None and depth < 64:
+        name = type(ds).__name__
+        calls = getattr(ds, "_num_parallel_calls", None)
+        if calls is not None:
+            try:
+                n = int(calls.numpy()) if hasattr(calls, "numpy") else int(calls)
+            except (TypeError, ValueError):
+                n = 1
+            parallel = max(parallel, _cores() if n < 0 else n)
+        prefetch = prefetch or "Prefetch" in name
+        cache = cache or "Cache" in name
+        ds = getattr(ds, "_input_dataset", None)
+        depth += 1
+    return {"kind": "tf.data", "workers": parallel, "parallel_calls": parallel,
+            "prefetch": prefetch, "cache": cache}
+
+
+def _augments(x: Any) -> bool | None:
+    gen = getattr(x, "image_data_generator", None)
+    if gen is None:
+        return None
+    for attr in AUGMENT_ATTRS:
+        value = getattr(gen, attr, None)
+        if attr == "brightness_range":
+            if value is not None:
+                return True
+        elif isinstance(value, (list, tuple)):
+            if any(v not in (0, 1, 1.0, 0.0) for v in value):
+                return True
+        elif value:
+            return True
+    return False
+
+
+def classify(x: Any, call: dict[str, Any]) -> dict[str, Any]:
+    """The kind of input ``x`` and how many threads or processes produce its batches."""
+    if x is None:
+        return {}
+    mod = type(x).__module__
+    if mod.startswith("tensorflow.python.data"):
+        return _tf_pipeline(x)
+    if hasattr(x, "__getitem__") and hasattr(x, "__len__") and hasattr(x, "on_epoch_end"):
+        # Keras 3 PyDataset (and legacy ImageDataGenerator iterators) carry their workers;
+        # tf-keras Sequences take them from fit(workers=, use_multiprocessing=).
+        workers = getattr(x, "workers", None) or call.get("workers") or 1
+        mp = getattr(x, "use_multiprocessing", None)
+        if mp is None:
+            mp = bool(call.get("use_multiprocessing"))
+        out: dict[str, Any] = {"kind": "PyDataset", "class": type(x).__name__,
+                               "workers": int(workers), "multiprocessing": bool(mp)}
+        augments = _augments(x)
+        if augments is not None:
+            out["kind"] = "ImageDataGenerator"
+            out["augments"] = augments
+        return out
+    if hasattr(x, "__next__") and hasattr(x, "__iter__"):
+        return {"kind": "generator", "workers": 1}
+    if hasattr(x, "shape") or isinstance(x, (dict, list, tuple)):
+        return {"kind": "arrays", "workers": None}
+    return {"kind": type(x).__name__, "workers": None}
+
+
+def describe_input(x: Any, call: dict[str, Any], rec: Recorder, framework: str,
+                   phase: str) -> dict[str, Any]:
+    """``classify`` plus ``loader.*`` facts, sent once per phase kind."""
+    out = classify(x, call)
+    if out and rec.once(f"loader-{phase}"):
+        how = f"watch: the {phase} input of {framework} Model.fit/evaluate ({type(x).__name__})"
+        prefix = "loader." if phase == "train" else "loader.val_"
+        for key, value in out.items():
+            rec.fact(prefix + key, value, how)
+    return out
+
+
+def _num_samples(x: Any) -> int | None:
+    if isinstance(x, dict) and x:
+        x = next(iter(x.values()))
+    if isinstance(x, (list, tuple)) and x and hasattr(x[0], "shape"):
+        x = x[0]
+    shape = getattr(x, "shape", None)
+    if shape is not None and len(shape) > 0 and shape[0] is not None:
+        return int(shape[0])
+    return None
+
+
+def batch_images(n: int | None, batch_size: int | None) -> ImagesFn:
+    """``images(first, last)``: samples in batches ``first..last`` of an epoch over ``n``."""
+
+    def images(first: int, last: int) -> int:
+        if batch_size is None:
+            return 0
+        total = 0
+        for i in range(first, last + 1):
+            left = batch_size if n is None else n - i * batch_size
+            total += max(0, min(batch_size, left))
+        return total
+
+    return images
+
+
+def loop_sizes(name: str, a: dict[str, Any], rec: Recorder) -> tuple[ImagesFn, ImagesFn]:
+    """Images-per-batch functions for the train and val phases of this call, used where the
+    batches themselves were not counted (tf.data under a distribution strategy)."""
+    x = a.get("x")
+    n = _num_samples(x)
+    bs = a.get("batch_size") or (32 if n is not None else getattr(x, "batch_size", None))
+    if name != "fit":
+        return batch_images(n, bs), batch_images(n, bs)
+    val_bs = a.get("validation_batch_size") or bs
+    split = a.get("validation_split") or 0.0
+    val = a.get("validation_data")
+    if split and n is not None:
+        n_train = int(n * (1.0 - split))
+        return batch_images(n_train, bs), batch_images(n - n_train, val_bs)
+    val_x = val[0] if isinstance(val, (tuple, list)) and val else val
+    n_val = _num_samples(val_x)
+    if n_val is None and val_x is not None:
+        val_bs = a.get("validation_batch_size") or getattr(val_x, "batch_size", None)
+    return batch_images(n, bs), batch_images(n_val, val_bs)

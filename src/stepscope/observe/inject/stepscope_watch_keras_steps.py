@@ -1,0 +1,244 @@
+"""Keras steps for ``stepscope watch``: where a Keras loop really waits for its batch.
+
+Keras calls ``on_*_batch_begin`` on the main thread right before it runs a step, and, with
+asynchronous callbacks, ``on_*_batch_end`` later on a thread pool. So a step is timed from one
+batch-begin callback to the next (the first from the phase start, the last to the phase end),
+and its data wait is measured at the producer, per backend:
+
+- TensorFlow (Keras 3 and tf-keras): the batch is fetched by ``iterator.get_next()`` inside the
+  compiled train function, so callbacks never see the wait. stepscope appends one step to the
+  end of the input ``tf.data`` pipeline that notes when each batch left the pipeline and how
+  many images it holds (``mark_dataset``). The loop asked for the batch at its batch-begin
+  callback, so it was blocked for ``max(0, ready - begin)``: zero when a prefetch buffer already
+  held the batch, the whole production time when nothing did.
+- JAX and torch: the trainer pulls the batch with ``next()`` in Python on the main thread (JAX
+  inside the train function, torch just before the batch-begin callback). stepscope times that
+  ``next()`` (``TimedIterable``): the main thread was blocked exactly that long.
+
+With ``steps_per_execution = n`` a step is n batches; their waits are summed as if the compute
+between them were nil, an upper bound that is exact for n = 1.
+
+Standard library only: this runs inside the user's interpreter.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_recorder import PhaseState, Recorder
+
+ImagesFn = Callable[[int, int], int]
+
+
+class KerasSteps:
+    """Step windows between batch-begin callbacks, with the data wait measured at the producer.
+
+    Args:
+        rec: the process's recorder (phases and steps go through it).
+        count_images: images in a batch (the recorder's ``count_images``).
+        clock: monotonic clock, the recorder's.
+    """
+
+    def __init__(self, rec: Recorder, count_images: Callable[[Any], int],
+                 clock: Callable[[], float] | None = None) -> None:
+        self.rec = rec
+        # torch backend: the loop pulls batch k+1 before batch k+1's begin callback, so asking
+        # for the next batch is what ends a step (as in a plain PyTorch loop).
+        self.pull_cuts = False
+        self.count_images = count_images
+        self.clock = clock or rec.clock
+        self.main_thread_id = rec.main_thread_id
+        self.phase: PhaseState | None = None
+        self.images_fn: ImagesFn = lambda first, last: 0
+        self.t_begin: float | None = None
+        self.t_start = 0.0
+        self.first = 0
+        self.blocked_s = 0.0
+        self.pulled_images = 0
+        self.pulled = 0
+        self.ready: dict[int, deque[tuple[float, int]]] = {}
+        self.active: int | None = None
+        self.per_step = 1
+        self.lock = threading.Lock()
+
+    # -- producers -------------------------------------------------------------------------------
+    def pull_begin(self, t: float) -> None:
+        """The loop asks for a batch at ``t``; with ``pull_cuts`` that ends the open step."""
+        if self.pull_cuts and self.t_begin is not None \
+                and threading.get_ident() == self.main_thread_id:
+            self._close(t)
+            self.t_start = t
+
+    def pulled_batch(self, dt: float, batch: Any) -> None:
+        """The loop's thread spent ``dt`` in ``next()`` for ``batch`` (JAX, torch)."""
+        if threading.get_ident() != self.main_thread_id:
+            return
+        self.blocked_s += dt
+        self.pulled += 1
+        self.pulled_images += self.count_images(batch)
+
+    def batch_ready(self, token: int, images: int) -> None:
+        """A batch of ``images`` left the marked ``tf.data`` pipeline ``token`` (any thread)."""
+        t = self.clock()
+        with self.lock:
+            q = self.ready.get(token)
+            if q is None:
+                q = self.ready[token] = deque()
+            q.append((t, images))
+
+    def new_iterator(self, token: int, since: float | None = None) -> None:
+        """A fresh iterator over ``token``'s pipeline, made after ``since`` (default: now):
+        batches the old one prefetched before then are void."""
+        t = self.clock() if since is None else since
+        with self.lock:
+            q = self.ready.get(token)
+            if not q:
+                return
+            # Keras makes the next epoch's iterator before the last step's window closes (at
+            # the phase end): the batches that step consumed stay.
+            keep = self.per_step if self.t_begin is not None and self.active == token else 0
+            kept = [q.popleft() for _ in range(min(keep, len(q)))]
+            while q and q[0][0] < t:
+                q.popleft()
+            q.extendleft(reversed(kept))
+
+    def use(self, token: int, per_step: int) -> None:
+        """The loop's next step consumes ``per_step`` batches of pipeline ``token``."""
+        self.active = token
+        self.per_step = max(1, per_step)
+
+    # -- the loop (main thread) ------------------------------------------------------------------
+    def phase_begin(self, phase: str, images_fn: ImagesFn, workers: int | None) -> None:
+        t = self.clock()
+        self._close(t)
+        if self.phase is not None:
+            self.rec.end_phase(self.phase, t)
+        self.phase = self.rec.begin_phase(phase, workers, t)
+        self.images_fn = images_fn
+        self.t_start = t  # iterator creation and the first fetch belong to step 0
+        self.t_begin = None
+        self._reset()
+
+    def batch_begin(self, batch: int) -> None:
+        t = self.clock()
+        if self.phase is None:
+            return
+        if self.t_begin is not None:  # no pull ended the step (TF, JAX): this begin does
+            self._close(t)
+            self.t_start = t
+        self.t_begin = t
+        self.first = batch
+
+    def phase_end(self) -> PhaseState | None:
+        """Close the open step and phase; returns the phase closed, if any."""
+        t = self.clock()
+        self._close(t)
+        ph, self.phase = self.phase, None
+        if ph is not None:
+            self.rec.end_phase(ph, t)
+        return ph
+
+    def _reset(self) -> None:
+        self.blocked_s = 0.0
+        self.pulled_images = 0
+        self.pulled = 0
+
+    def _close(self, t: float) -> None:
+        if self.t_begin is None or self.phase is None:
+            return
+        wait = self.blocked_s
+        images = self.pulled_images if self.pulled > 0 else None
+        marked = self._pop_ready()
+        if marked is not None:
+            last_ready, marked_images = marked
+            wait += max(0.0, min(last_ready, t) - self.t_begin)
+            images = marked_images
+        if images is None:
+            images = self.images_fn(self.first, self.first + self.per_step - 1)
+        wait = min(wait, max(t - self.t_start, 0.0))
+        self.rec.begin_step(self.phase, self.t_start, self.t_start + wait, images)
+        self.rec.end_step(t)
+        self.t_begin = None
+        self._reset()
+
+    def _pop_ready(self) -> tuple[float, int] | None:
+        if self.active is None:
+            return None
+        with self.lock:
+            q = self.ready.get(self.active)
+            if not q:
+                return None
+            last, images = 0.0, 0
+            for _ in range(min(self.per_step, len(q))):
+                last, n = q.popleft()
+                images += n
+        return last, images
+
+
+class TimedIterable:
+    """Wraps what a JAX or torch epoch iterator pulls from, timing each ``next()``."""
+
+    def __init__(self, inner: Any, steps: KerasSteps,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.inner = inner
+        self.steps = steps
+        self.clock = clock
+
+    def __iter__(self) -> Iterator[Any]:
+        return _TimedIterator(iter(self.inner), self.steps, self.clock)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getattr__(self, name: str) -> Any:  # anything else Keras asks of the loader
+        return getattr(self.inner, name)
+
+
+class _TimedIterator:
+    __slots__ = ("clock", "it", "steps")
+
+    def __init__(self, it: Iterator[Any], steps: KerasSteps, clock: Callable[[], float]) -> None:
+        self.it, self.steps, self.clock = it, steps, clock
+
+    def __iter__(self) -> _TimedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        t0 = self.clock()
+        self.steps.pull_begin(t0)
+        batch = next(self.it)  # StopIteration ends the epoch, untimed
+        self.steps.pulled_batch(self.clock() - t0, batch)
+        return batch
+
+
+def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
+    """``dataset`` with a last step that tells ``steps`` when each batch left the pipeline.
+
+    The step is a ``tf.numpy_function`` (the Python call costs tens of microseconds per batch,
+    not per image) joined to the batch by a control dependency, so the batch cannot reach the
+    train function before the note is taken. Structure, dtypes and static shapes are unchanged.
+    """
+
+    def note(n: Any) -> Any:
+        steps.batch_ready(token, int(n))
+        return n
+
+    def mark(*elem: Any) -> Any:
+        structure = elem[0] if len(elem) == 1 else elem
+        flat = tf.nest.flatten(structure)
+        dense = [x for x in flat if isinstance(x, tf.Tensor)]
+        if not dense:
+            return structure
+        first = dense[0]
+        n = tf.shape(first, out_type=tf.int64)[0] if first.shape.rank else tf.constant(1, tf.int64)
+        done = tf.numpy_function(note, [n], tf.int64, stateful=True)
+        with tf.control_dependencies([done]):
+            out = [tf.identity(x) if isinstance(x, tf.Tensor) else x for x in flat]
+        return tf.nest.pack_sequence_as(structure, out)
+
+    return dataset.map(mark)

@@ -1,0 +1,140 @@
+"""Known answers for Keras under ``stepscope watch``, on the real frameworks.
+
+Each case runs ``watch_scripts/keras_known.py`` under ``watch`` in its own process (TensorFlow,
+JAX and torch never share one, and this test process imports none of them). The truth is
+planted: the input-bound script burns 150 ms of CPU in the loader per batch for a tiny Dense
+model (~1-5 ms a step), so ~95 % of each step is waiting; the compute-bound one serves batches
+instantly to a small convolutional net. One loading thread on a 2-core job leaves a core to
+spare, so the input cause is ``workers``: more PyDataset workers or tf.data parallel calls
+would help.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepscope.analysis.vocab import PYTORCH_ONLY_WORDS
+
+PY = sys.executable
+SRC = Path(__file__).resolve().parents[1] / "src"
+SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_known.py"
+INPUT_MS = 150.0
+# Planted: 150 ms of loading against a few ms of compute. Even on a busy 2-core machine, where
+# the GIL and other processes stretch the step, the wait stays far above the 20 % threshold.
+INPUT_WAIT_MIN = 0.6
+COMPUTE_WAIT_MAX = 0.15
+
+
+def _run(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """``stepscope watch --out RUN -- python keras_known.py ARGS``, as the user types it."""
+    run = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    proc = subprocess.run(
+        [PY, "-m", "stepscope", "watch", "--out", str(run), "--interval", "0.2", "--",
+         PY, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary: dict[str, Any] = json.loads((run / "summary.json").read_text())
+    summary["_printed"] = proc.stdout + (run / "report.html").read_text()
+    return summary
+
+
+def _train(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in summary["phases"] if p["phase"] == "train"]
+
+
+def _text(summary: dict[str, Any]) -> str:
+    """What the user reads: the findings, the printed explanation and the HTML report."""
+    return json.dumps(summary["findings"]) + summary["_printed"]
+
+
+def _assert_input_bound(summary: dict[str, Any], steps: int) -> None:
+    train = _train(summary)
+    assert [p["epoch"] for p in train] == [1, 2]  # as Keras prints "Epoch 1/2"
+    for p in train:
+        assert p["steps"] == steps
+        assert p["verdict"] == "input-bound", p
+        assert p["data_wait_frac"] >= INPUT_WAIT_MIN, p
+        assert p["input_cause"] == "workers", p
+    # Loading 150 ms a batch: the measured wait per step is the planted cost, give or take.
+    steady = summary["by_phase"]["train"]["data_wait_ms_per_step"]
+    assert 0.8 * INPUT_MS <= steady <= 2.0 * INPUT_MS
+
+
+def _assert_compute_bound(summary: dict[str, Any], steps: int) -> None:
+    train = _train(summary)
+    assert [p["epoch"] for p in train] == [1, 2]
+    for p in train:
+        assert p["steps"] == steps
+        assert p["verdict"] == "compute-bound", p
+    assert summary["by_phase"]["train"]["data_wait_frac"] <= COMPUTE_WAIT_MAX
+
+
+def _assert_keras_words(summary: dict[str, Any]) -> None:
+    text = _text(summary)
+    for word in PYTORCH_ONLY_WORDS:
+        assert word not in text, word
+
+
+KNOWN = [
+    # backend, input, extra flags
+    ("tensorflow", "pydataset", []),
+    ("tensorflow", "tfdata", []),
+    ("jax", "pydataset", []),
+    ("torch", "pydataset", []),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "kind", "extra"), KNOWN)
+def test_input_bound(tmp_path: Path, backend: str, kind: str, extra: list[str]) -> None:
+    s = _run(tmp_path, backend, kind, str(INPUT_MS), "dense", "--steps", "24", *extra)
+    _assert_input_bound(s, 24)
+    assert s["loader"]["framework"] == "keras" and s["loader"]["keras_backend"] == backend
+    _assert_keras_words(s)
+    f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    assert ("num_parallel_calls" if kind == "tfdata" else "use_multiprocessing=True") in f["fix"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "kind"), [("tensorflow", "pydataset"),
+                                               ("tensorflow", "tfdata"),
+                                               ("jax", "pydataset"), ("torch", "pydataset")])
+def test_compute_bound(tmp_path: Path, backend: str, kind: str) -> None:
+    s = _run(tmp_path, backend, kind, "0", "conv", "--steps", "24")
+    _assert_compute_bound(s, 24)
+    _assert_keras_words(s)
+
+
+@pytest.mark.slow
+def test_tf_keras_generator_input_bound(tmp_path: Path) -> None:
+    s = _run(tmp_path, "tensorflow", "generator", str(INPUT_MS), "dense", "--legacy",
+             "--steps", "24", "--val", "4")
+    _assert_input_bound(s, 24)
+    assert s["loader"]["framework"] == "tf.keras" and s["loader"]["kind"] == "generator"
+    val = [p for p in s["phases"] if p["phase"] == "val"]
+    assert [p["epoch"] for p in val] == [1, 2] and all(p["steps"] == 4 for p in val)
+    _assert_keras_words(s)
+    f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    assert "PyDataset" in f["fix"]
+
+
+@pytest.mark.slow
+def test_tf_keras_generator_compute_bound(tmp_path: Path) -> None:
+    s = _run(tmp_path, "tensorflow", "generator", "0", "conv", "--legacy", "--steps", "24")
+    _assert_compute_bound(s, 24)
+
+
+@pytest.mark.slow
+def test_keras3_tensorflow_memory_ledger_names_the_runtime(tmp_path: Path) -> None:
+    s = _run(tmp_path, "tensorflow", "arrays", "0", "dense", "--steps", "8", "--epochs", "1")
+    items = {i["item"] for i in s["memory"]["ledger"]}
+    assert {"framework/runtime baseline", "weights", "optimizer state"} <= items
+    assert s["memory"]["unattributed_frac"] is not None
+    assert s["memory"]["unattributed_frac"] <= 0.2

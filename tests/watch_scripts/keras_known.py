@@ -1,0 +1,145 @@
+"""A Keras script with a planted cost, written the way the Keras docs write it.
+
+    python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
+        [--steps S] [--epochs E] [--val S]
+
+BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
+``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
+arrays. LOAD_MS: CPU burnt per batch by the loader (a busy loop, like decoding and augmenting).
+MODEL: dense (tiny, ~1 ms a step) | conv (convolutions on 32x32 images, tens of ms a step).
+The first line printed is the truth the test asserts against: ``TRUTH load_ms=... model=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("backend")
+p.add_argument("input")
+p.add_argument("load_ms", type=float)
+p.add_argument("model")
+p.add_argument("--workers", type=int, default=1)
+p.add_argument("--mp", action="store_true")
+p.add_argument("--legacy", action="store_true")
+p.add_argument("--steps", type=int, default=30)
+p.add_argument("--epochs", type=int, default=2)
+p.add_argument("--val", type=int, default=0)
+p.add_argument("--batch", type=int, default=8)
+args = p.parse_args()
+
+os.environ["KERAS_BACKEND"] = args.backend
+if args.legacy:
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+if args.legacy:
+    import tensorflow as tf
+
+    keras = tf.keras
+    Base = keras.utils.Sequence
+else:
+    import keras
+
+    Base = keras.utils.PyDataset
+
+SIDE = 32 if args.model == "conv" else 16
+SHAPE = (SIDE, SIDE, 3) if args.model == "conv" else (SIDE,)
+print(f"TRUTH load_ms={args.load_ms} model={args.model} input={args.input}", flush=True)
+
+
+def burn(ms: float) -> None:
+    """Busy CPU for ``ms`` milliseconds: the loader's decode and augmentation."""
+    end = time.perf_counter() + ms / 1000.0
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+
+
+def make_batch(i: int) -> tuple[np.ndarray, np.ndarray]:
+    burn(args.load_ms)
+    rng = np.random.default_rng(i)
+    x = rng.normal(size=(args.batch, *SHAPE)).astype("float32")
+    y = rng.integers(0, 2, size=(args.batch,)).astype("float32")
+    return x, y
+
+
+class Batches(Base):  # type: ignore[misc,valid-type]
+    def __init__(self, n: int) -> None:
+        if args.legacy:
+            super().__init__()
+        else:
+            super().__init__(workers=args.workers, use_multiprocessing=args.mp)
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        return make_batch(i)
+
+
+def generator(n: int):  # type: ignore[no-untyped-def]
+    while True:
+        for i in range(n):
+            yield make_batch(i)
+
+
+def tf_data(n: int, parallel: bool):  # type: ignore[no-untyped-def]
+    import tensorflow as tf
+
+    def load(i):  # type: ignore[no-untyped-def]
+        return make_batch(int(i))
+
+    ds = tf.data.Dataset.range(n).map(
+        lambda i: tf.numpy_function(load, [i], (tf.float32, tf.float32)),
+        num_parallel_calls=tf.data.AUTOTUNE if parallel else None)
+    ds = ds.map(lambda x, y: (tf.ensure_shape(x, (args.batch, *SHAPE)),
+                              tf.ensure_shape(y, (args.batch,))))
+    return ds.prefetch(tf.data.AUTOTUNE) if parallel else ds
+
+
+def source(n: int):  # type: ignore[no-untyped-def]
+    if args.input == "pydataset":
+        return Batches(n)
+    if args.input == "generator":
+        return generator(n)
+    if args.input.startswith("tfdata"):
+        return tf_data(n, args.input == "tfdata-parallel")
+    xs, ys = zip(*(make_batch(i) for i in range(n)), strict=True)
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+if args.model == "conv":
+    layers = [keras.Input(shape=SHAPE),
+              keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+              keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+              keras.layers.GlobalAveragePooling2D(),
+              keras.layers.Dense(1, activation="sigmoid")]
+else:
+    layers = [keras.Input(shape=SHAPE), keras.layers.Dense(16, activation="relu"),
+              keras.layers.Dense(1, activation="sigmoid")]
+model = keras.Sequential(layers)
+model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+
+train = source(args.steps)
+kw: dict = {"epochs": args.epochs, "verbose": 2}
+if args.input == "arrays":
+    x, y = train
+    kw.update(x=x, y=y, batch_size=args.batch)
+else:
+    kw["x"] = train
+if args.input == "generator":
+    kw["steps_per_epoch"] = args.steps
+if args.val:
+    val = source(args.val)
+    kw["validation_data"] = val
+    if args.input == "generator":
+        kw["validation_steps"] = args.val
+model.fit(**kw)
+print("DONE", file=sys.stderr)
