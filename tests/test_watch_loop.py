@@ -87,7 +87,7 @@ def test_train_and_val_by_what_the_loop_does() -> None:
         _train_epoch(h, h.iterator(), 3)
         _val(h, h.iterator(), 2)
     msgs = h.messages()
-    assert _phases(msgs) == [(0, "train", 3), (0, "val", 2), (1, "train", 3), (1, "val", 2)]
+    assert _phases(msgs) == [(1, "train", 3), (1, "val", 2), (2, "train", 3), (2, "val", 2)]
     first = _steps(msgs)[0]
     wall, wait, _transfer, compute, other = first[4:9]
     assert (wall, wait, compute, other) == pytest.approx((0.038, 0.01, 0.026, 0.002))
@@ -105,7 +105,7 @@ def test_zipped_iterators_share_one_step_and_one_epoch() -> None:
         h.fetch(a, 0.001)
         h.stop(b)  # zip ends on b: a's last batch was dropped
     msgs = h.messages()
-    assert _phases(msgs) == [(0, "train", 3), (1, "train", 3)]
+    assert _phases(msgs) == [(1, "train", 3), (2, "train", 3)]
     assert all(s[5] == pytest.approx(0.101) for s in _steps(msgs))
 
 
@@ -119,7 +119,7 @@ def test_unlabelled_iterator_recreated_mid_step_keeps_the_step() -> None:
     h.fetch(a, 0.01)
     h.body("optimizer", 0.01)
     msgs = h.messages()
-    assert _phases(msgs) == [(0, "train", 2)]
+    assert _phases(msgs) == [(1, "train", 2)]
     assert _steps(msgs)[0][5] == pytest.approx(0.06)
 
 
@@ -130,7 +130,7 @@ def test_probe_joins_the_first_step() -> None:
     h.clock.t += 1.0  # building the model
     _train_epoch(h, h.iterator(), 3)
     msgs = h.messages()
-    assert _phases(msgs) == [(0, "train", 3)]
+    assert _phases(msgs) == [(1, "train", 3)]
     assert _steps(msgs)[0][10] is True  # a warm-up step
 
 
@@ -143,7 +143,7 @@ def test_backward_without_optimizer_step_is_training() -> None:
         if i % 2:
             h.body("optimizer", 0.01)
     msgs = h.messages()
-    assert _phases(msgs) == [(0, "train", 4)]
+    assert _phases(msgs) == [(1, "train", 4)]
     # compute ends at the backward when no optimizer step follows it
     assert _steps(msgs)[0][7] == pytest.approx(0.02)
 
@@ -157,7 +157,7 @@ def test_validation_inside_an_epoch_resumes_the_same_epoch() -> None:
         if i == 1:  # val_check_interval=0.5 written by hand
             _val(h, h.iterator(), 2)
     msgs = h.messages()
-    assert _phases(msgs) == [(0, "train", 4), (0, "val", 2)]
+    assert _phases(msgs) == [(1, "train", 4), (1, "val", 2)]
 
 
 def test_forced_phase_and_mode_hint() -> None:

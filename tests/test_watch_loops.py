@@ -44,7 +44,7 @@ def _adds_up(reader: RunReader) -> None:
 @pytest.mark.slow
 def test_frozen_batchnorm_is_training(tmp_path: Path) -> None:
     reader, summary = _run(tmp_path, "frozen_bn_finetune.py")
-    assert _phases(reader) == [(0, "train", 12), (0, "val", 4), (1, "train", 12), (1, "val", 4)]
+    assert _phases(reader) == [(1, "train", 12), (1, "val", 4), (2, "train", 12), (2, "val", 4)]
     assert _verdict(summary) == "input-bound"
     _adds_up(reader)
     # An in-memory dataset that decodes nothing, on a CPU: no claim about files, decoding,
@@ -59,7 +59,7 @@ def test_frozen_batchnorm_is_training(tmp_path: Path) -> None:
 def test_zipped_loaders_share_a_phase(tmp_path: Path) -> None:
     reader, summary = _run(tmp_path, "zipped_loaders.py")
     # zip stops at the shorter labelled loader (8 batches); one epoch each, not two.
-    assert _phases(reader) == [(0, "train", 8), (1, "train", 8)]
+    assert _phases(reader) == [(1, "train", 8), (2, "train", 8)]
     assert _verdict(summary) == "input-bound"
     # The slow unlabelled loader's ~200 ms per batch is data wait, not "other".
     steady = [s for s in reader.steps() if not s.warmup]
@@ -71,7 +71,7 @@ def test_zipped_loaders_share_a_phase(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_probe_batch_does_not_make_a_phase(tmp_path: Path) -> None:
     reader, summary = _run(tmp_path, "probe_then_train.py")
-    assert _phases(reader) == [(0, "train", 8), (0, "val", 2), (1, "train", 8), (1, "val", 2)]
+    assert _phases(reader) == [(1, "train", 8), (1, "val", 2), (2, "train", 8), (2, "val", 2)]
     assert _verdict(summary) == "compute-bound"
     _adds_up(reader)
 
@@ -79,7 +79,7 @@ def test_probe_batch_does_not_make_a_phase(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_gradient_accumulation_steps_are_training(tmp_path: Path) -> None:
     reader, summary = _run(tmp_path, "grad_accumulation.py")
-    assert _phases(reader) == [(0, "train", 16), (1, "train", 16)]
+    assert _phases(reader) == [(1, "train", 16), (2, "train", 16)]
     assert _verdict(summary) == "input-bound"
     _adds_up(reader)
 
@@ -87,7 +87,7 @@ def test_gradient_accumulation_steps_are_training(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_timm_multi_epochs_loader_counts_epochs(tmp_path: Path) -> None:
     reader, summary = _run(tmp_path, "timm_multiepoch.py")
-    assert _phases(reader) == [(0, "train", 8), (0, "val", 2), (1, "train", 8), (1, "val", 2)]
+    assert _phases(reader) == [(1, "train", 8), (1, "val", 2), (2, "train", 8), (2, "val", 2)]
     assert _verdict(summary) == "input-bound"
     _adds_up(reader)
 
@@ -96,8 +96,8 @@ def test_timm_multi_epochs_loader_counts_epochs(tmp_path: Path) -> None:
 def test_lightning_mid_epoch_validation_keeps_the_epoch(tmp_path: Path) -> None:
     # watch runs the script in its own process: Lightning never loads into this one.
     reader, summary = _run(tmp_path, "lightning_val_interval.py")
-    assert _phases(reader) == [(0, "train", 16), (0, "val", 2), (0, "val", 2),
-                               (1, "train", 16), (1, "val", 2), (1, "val", 2)]
+    assert _phases(reader) == [(1, "train", 16), (1, "val", 2), (1, "val", 2),
+                               (2, "train", 16), (2, "val", 2), (2, "val", 2)]
     assert _verdict(summary) == "input-bound"
     _adds_up(reader)
 
@@ -105,6 +105,6 @@ def test_lightning_mid_epoch_validation_keeps_the_epoch(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_accelerate_one_ahead_loader(tmp_path: Path) -> None:
     reader, summary = _run(tmp_path, "accelerate_loop.py")
-    assert _phases(reader) == [(0, "train", 12), (0, "val", 2), (1, "train", 12), (1, "val", 2)]
+    assert _phases(reader) == [(1, "train", 12), (1, "val", 2), (2, "train", 12), (2, "val", 2)]
     assert _verdict(summary) == "input-bound"
     _adds_up(reader)
