@@ -67,8 +67,12 @@ def _callback_class(keras: ModuleType) -> type:
     from stepscope._adapter import RunOwner
     from stepscope.observe.callbacks import ACTIVE
     from stepscope.observe.inject import stepscope_watch_keras as hooks
+    from stepscope.observe.inject import stepscope_watch_keras_data as data
+    from stepscope.observe.inject.stepscope_watch_recorder import count_images
 
-    base: Any = hooks._callback_class(keras, ACTIVE)
+    steps = hooks.keras_steps(ACTIVE, count_images)
+    base: Any = hooks.callback_class(keras.callbacks.Callback, ACTIVE, steps)
+    legacy = keras.__name__ == "tf_keras"
 
     def no_images(first: int, last: int) -> int:
         return 0
@@ -88,7 +92,7 @@ def _callback_class(keras: ModuleType) -> type:
         def __init__(self, out: str | Path, *, name: str | None = None,
                      dataset_files: Sequence[str | Path] = (), interval_s: float = 1.0,
                      tensorboard: str | Path | None = None, quiet: bool = False) -> None:
-            super().__init__("fit", no_images, no_images)
+            super().__init__("fit", no_images, no_images, None, None)
             self.owner = RunOwner(out, "keras", name=name, dataset_files=dataset_files,
                                   interval_s=interval_s, tensorboard=tensorboard, quiet=quiet)
 
@@ -101,19 +105,30 @@ def _callback_class(keras: ModuleType) -> type:
             if not self.owner.begin():
                 return
             try:
-                backend = keras.backend.backend()
+                backend = "tensorflow" if legacy else keras.backend.backend()
             except Exception:
                 backend = None
             ACTIVE.send(["K", backend], urgent=True)
+            framework = "tf.keras" if legacy else "keras"
+            ACTIVE.fact("loop.framework", framework, "stepscope.keras.Callback in Model.fit")
+            ACTIVE.fact("loop.keras_backend", backend, "keras.backend.backend()")
+            # Before the first epoch: the batch source is instrumented as under watch.
+            hooks.patch_backend(framework if legacy else backend, ACTIVE, steps)
             args = _fit_arguments(self.model)
             if args is None:
                 self.owner.note("the fit() call's arguments were not found: images per step "
                                 "unknown (recorded as 0)")
                 return
-            self._train_images, self._val_images = hooks._loop_sizes("fit", args, ACTIVE)
+            self._train_images, self._val_images = data.loop_sizes("fit", args, ACTIVE)
+            self._train_workers = data.describe_input(args.get("x"), args, ACTIVE, framework,
+                                                      "train").get("workers")
+            val = args.get("validation_data")
+            val_x = val[0] if isinstance(val, (tuple, list)) and val else val
+            self._val_workers = data.describe_input(val_x, args, ACTIVE, framework,
+                                                    "val").get("workers")
 
         def on_train_end(self, logs: Any = None) -> None:
-            ACTIVE.cb_phase_end()
+            steps.phase_end()
             self.owner.end("completed")
 
     Callback.__module__ = __name__

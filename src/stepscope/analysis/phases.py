@@ -202,6 +202,14 @@ def _worker_figures(
     return pids, cpu, per_image
 
 
+def _job_cpu_pct(ctx: PhaseContext, t0: float, t1: float) -> float | None:
+    """The process tree's CPU as a share of the job's cores (None without both)."""
+    tree = ctx.cache.mean("tree", "cpu_util_pct", t0, t1)
+    if tree is None or not ctx.cores:
+        return None
+    return min(100.0, tree / ctx.cores)
+
+
 def _input_evidence(ph: PhaseRecord, ctx: PhaseContext, t0: float, t1: float,
                     images: int) -> tuple[InputEvidence, float | None]:
     """What the samples say about the loader in this window, and loader CPU ms per image."""
@@ -218,6 +226,7 @@ def _input_evidence(ph: PhaseRecord, ctx: PhaseContext, t0: float, t1: float,
         psi_io_some_pct=ctx.cache.mean("host", "psi_io_some_pct", t0, t1),
         disk_wait_frac=_disk_wait_frac(ctx.cache, loader_pids, t0, t1),
         disk_busy_pct=_disk_busy(ctx.cache, t0, t1), worker_word=ctx.worker_word,
+        job_cpu_pct=_job_cpu_pct(ctx, t0, t1),
     )
     return ev, loader_ms
 

@@ -133,6 +133,10 @@ class InputEvidence:
     disk_wait_frac: float | None = None
     disk_busy_pct: float | None = None
     worker_word: str = "DataLoader worker"  # the framework's name for one (analysis/vocab.py)
+    # The job's own CPU (its process tree) as a share of the cores it may use. When known it,
+    # not the host's figure, says whether the job's cores are saturated: on a shared machine
+    # other people's processes keep the host busy while this job has a core to spare.
+    job_cpu_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,11 @@ def _cpu_saturated(ev: InputEvidence) -> list[str]:
         lines.append(
             f"workers=0: the training process loads inline at {ev.main_cpu_pct:.0f} % of a core"
         )
-    if ev.host_cpu_pct is not None and ev.host_cpu_pct >= CORES_BUSY_PCT \
+    if ev.job_cpu_pct is not None:
+        if ev.job_cpu_pct >= CORES_BUSY_PCT and not _loaders_in_disk_wait(ev):
+            lines.append(f"the job's cores busy: its processes used {ev.job_cpu_pct:.0f} % of "
+                         "the cores it may use")
+    elif ev.host_cpu_pct is not None and ev.host_cpu_pct >= CORES_BUSY_PCT \
             and not _loaders_in_disk_wait(ev):
         lines.append(f"all cores busy: host CPU {ev.host_cpu_pct:.0f} % on average")
     return lines
@@ -229,7 +237,9 @@ def decide_input_cause(ev: InputEvidence) -> InputCause:
         if ev.worker_cpu_pct:
             lines.append("workers at " + ", ".join(f"{p:.0f} %" for p in ev.worker_cpu_pct)
                          + " of a core")
-        if ev.host_cpu_pct is not None:
+        if ev.job_cpu_pct is not None:
+            lines.append(f"the job used {ev.job_cpu_pct:.0f} % of its cores (cores to spare)")
+        elif ev.host_cpu_pct is not None:
             lines.append(f"host CPU {ev.host_cpu_pct:.0f} % (cores to spare)")
         if not cold and ev.rchar_bytes:
             lines.append("reads served from the page cache")

@@ -28,15 +28,26 @@ if TYPE_CHECKING:
         mark_dataset,
     )
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
-else:  # in the watched interpreter these are top-level modules (see sitecustomize)
-    from stepscope_watch_keras_data import describe_input, loop_sizes
-    from stepscope_watch_keras_steps import KerasSteps, TimedIterable, mark_dataset
+else:
+    try:  # in the watched interpreter these are top-level modules (see sitecustomize)
+        from stepscope_watch_keras_data import describe_input, loop_sizes
+        from stepscope_watch_keras_steps import KerasSteps, TimedIterable, mark_dataset
+    except ImportError:  # in-process, for stepscope.keras.Callback
+        from stepscope.observe.inject.stepscope_watch_keras_data import (
+            describe_input,
+            loop_sizes,
+        )
+        from stepscope.observe.inject.stepscope_watch_keras_steps import (
+            KerasSteps,
+            TimedIterable,
+            mark_dataset,
+        )
 
 
 def install(keras: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -> None:
     """Keras 3: wrap ``Model.fit``/``evaluate``/``predict`` and the backend's batch source."""
     _baseline(rec, "Keras 3 and its backend")
-    steps = KerasSteps(rec, count_images)
+    steps = keras_steps(rec, count_images)
     try:
         backend = keras.backend.backend()
     except Exception:
@@ -45,29 +56,46 @@ def install(keras: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
     rec.send(["K", backend], urgent=True)
     rec.fact("loop.framework", "keras", "watch: the script called Keras 3's Model.fit/evaluate")
     rec.fact("loop.keras_backend", backend, "watch: keras.backend.backend()")
-    patch = {"tensorflow": _patch_tensorflow, "jax": _patch_jax, "torch": _patch_torch}.get(
-        str(backend))
-    if patch is not None:
-        try:
-            patch(rec, steps)
-        except Exception as exc:  # an unknown Keras version: steps still come from callbacks
-            rec.note("watch", f"Keras {backend} data wait not measured: "
-                              f"{type(exc).__name__}: {exc}")
+    patch_backend(backend, rec, steps)
+
+
+_STEPS: dict[int, KerasSteps] = {}
+_PATCHED: set[str] = set()
+
+
+def keras_steps(rec: Recorder, count_images: Callable[[Any], int]) -> KerasSteps:
+    """The one step-window keeper of ``rec`` (shared by watch's hook and stepscope.keras)."""
+    steps = _STEPS.get(id(rec))
+    if steps is None:
+        steps = _STEPS[id(rec)] = KerasSteps(rec, count_images)
+    return steps
+
+
+def patch_backend(backend: str | None, rec: Recorder, steps: KerasSteps) -> None:
+    """Measure the data wait where ``backend`` fetches its batches (once per process). Works
+    until the first epoch starts: the pipelines are marked when their iterator is made."""
+    patch = {"tensorflow": _patch_tensorflow, "jax": _patch_jax, "torch": _patch_torch,
+             "tf.keras": _patch_tf_keras}.get(str(backend))
+    if patch is None or str(backend) in _PATCHED:
+        return
+    _PATCHED.add(str(backend))
+    try:
+        patch(rec, steps)
+    except Exception as exc:  # an unknown Keras version: steps still come from callbacks
+        rec.note("watch", f"Keras {backend} data wait not measured: "
+                          f"{type(exc).__name__}: {exc}")
 
 
 def install_tf_keras(tf_keras: ModuleType, rec: Recorder,
                      count_images: Callable[[Any], int]) -> None:
     """tf-keras (Keras 2 on TensorFlow): the same callback, batches marked in its DataHandler."""
     _baseline(rec, "tf-keras and TensorFlow")
-    steps = KerasSteps(rec, count_images)
+    steps = keras_steps(rec, count_images)
     _wrap_model(tf_keras.Model, tf_keras.callbacks.Callback, rec, steps, "tf.keras")
     rec.send(["K", "tensorflow"], urgent=True)
     rec.fact("loop.framework", "tf.keras", "watch: the script called tf-keras's Model.fit/evaluate")
     rec.fact("loop.keras_backend", "tensorflow", "watch: tf-keras runs on TensorFlow")
-    try:
-        _patch_tf_keras(rec, steps)
-    except Exception as exc:
-        rec.note("watch", f"tf-keras data wait not measured: {type(exc).__name__}: {exc}")
+    patch_backend("tf.keras", rec, steps)
 
 
 # -- memory: RSS at three moments, so the ledger can name what grew between them ----------------
@@ -116,11 +144,7 @@ def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
     from keras.src.backend.tensorflow import trainer
 
     cls = trainer.TFEpochIterator
-    init, nxt, get = cls.__init__, cls.__next__, cls._get_iterator
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        _mark(tf, self, "_distributed_dataset", rec, steps)
+    nxt, get = cls.__next__, cls._get_iterator
 
     def __next__(self: Any) -> Any:
         out = nxt(self)
@@ -129,18 +153,25 @@ def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
 
     def _get_iterator(self: Any) -> Any:
         steps.new_iterator(id(self))  # before the new iterator starts prefetching
-        return get(self)
+        return _marked(tf, self, get(self), rec, steps)
 
-    cls.__init__, cls.__next__, cls._get_iterator = __init__, __next__, _get_iterator
+    cls.__next__, cls._get_iterator = __next__, _get_iterator
 
 
-def _mark(tf: Any, owner: Any, attr: str, rec: Recorder, steps: KerasSteps) -> None:
-    ds = getattr(owner, attr)
+def _marked(tf: Any, owner: Any, ds: Any, rec: Recorder, steps: KerasSteps) -> Any:
+    """``ds`` with its batches marked (made once per pipeline and kept on ``owner``)."""
+    cached = owner.__dict__.get("_stepscope_marked")
+    if cached is not None and cached[0] is ds:
+        return cached[1]
     if isinstance(ds, tf.data.Dataset):
-        setattr(owner, attr, mark_dataset(tf, ds, steps, id(owner)))
-    elif rec.once("keras-distributed"):
-        rec.note("watch", "Keras input under a tf.distribute strategy: its data wait is not "
-                          "measured (recorded as 0)")
+        marked = mark_dataset(tf, ds, steps, id(owner))
+    else:
+        marked = ds
+        if rec.once("keras-distributed"):
+            rec.note("watch", "Keras input under a tf.distribute strategy: its data wait is "
+                              "not measured (recorded as 0)")
+    owner.__dict__["_stepscope_marked"] = (ds, marked)
+    return marked
 
 
 def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
@@ -148,14 +179,12 @@ def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
     from tf_keras.src.engine import data_adapter
 
     cls = data_adapter.DataHandler
-    configure, epochs, each_step = (cls._configure_dataset_and_inferred_steps,
-                                    cls.enumerate_epochs, cls.steps)
-
-    def _configure_dataset_and_inferred_steps(self: Any, *args: Any, **kwargs: Any) -> None:
-        configure(self, *args, **kwargs)
-        _mark(tf, self, "_dataset", rec, steps)
+    epochs, each_step = cls.enumerate_epochs, cls.steps
 
     def enumerate_epochs(self: Any) -> Any:
+        # The handler made its dataset before fit's callbacks began: mark it before the first
+        # iterator is made from it.
+        self._dataset = _marked(tf, self, self._dataset, rec, steps)
         previous = None
         gen = epochs(self)
         while True:
@@ -174,7 +203,6 @@ def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
             steps.use(id(self), int(self._step_increment) + 1)
             yield step
 
-    cls._configure_dataset_and_inferred_steps = _configure_dataset_and_inferred_steps
     cls.enumerate_epochs = enumerate_epochs
     cls.steps = steps_
 
@@ -204,7 +232,7 @@ def _time_iterator(cls: type, steps: KerasSteps) -> None:
 # -- fit / evaluate / predict --------------------------------------------------------------------
 def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasSteps,
                 framework: str) -> None:
-    callback_cls = _callback_class(callback_base, rec, steps)
+    callback_cls = callback_class(callback_base, rec, steps)
     for name in ("fit", "evaluate", "predict"):
         orig = getattr(model_cls, name)
         setattr(model_cls, name, _wrap(orig, name, callback_cls, rec, steps, framework))
@@ -316,7 +344,9 @@ def _runtime_memory(rec: Recorder) -> None:
             pass
 
 
-def _callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
+def callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
+    """The callback class over Keras's ``base`` (``keras.callbacks.Callback``), driving ``steps``.
+    """
     class StepscopeWatchCallback(base):
         """Turns Keras loop callbacks into stepscope phases; steps are cut at batch begins."""
 
