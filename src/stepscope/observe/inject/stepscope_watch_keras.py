@@ -208,9 +208,44 @@ def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
 
 
 def _patch_jax(rec: Recorder, steps: KerasSteps) -> None:
+    import jax
     from keras.src.backend.jax import trainer
 
     _time_iterator(trainer.JAXEpochIterator, steps)
+    pending: list[Any] = []  # one leaf of the last dispatched step's logs
+
+    def busy() -> bool:
+        leaf = pending[0] if pending else None
+        ready = getattr(leaf, "is_ready", None)
+        return ready is not None and not ready()
+
+    def keep(fn: Any) -> Any:
+        def step(state: Any, data: Any) -> Any:
+            out = fn(state, data)
+            leaves = jax.tree_util.tree_leaves(out[0])  # the logs: a few scalars
+            pending[:] = leaves[:1]
+            return out
+
+        step._stepscope = True  # type: ignore[attr-defined]
+        return step
+
+    for make, attr in (("make_train_function", "train_function"),
+                       ("make_test_function", "test_function")):
+        _keep_function(trainer.JAXTrainer, make, attr, keep)
+    steps.device_busy = busy
+
+
+def _keep_function(cls: Any, make: str, attr: str, keep: Callable[[Any], Any]) -> None:
+    orig = getattr(cls, make)
+
+    def wrapper(self: Any, force: bool = False) -> Any:
+        out = orig(self, force)
+        fn = getattr(self, attr, None)
+        if fn is not None and not getattr(fn, "_stepscope", False):
+            setattr(self, attr, keep(fn))
+        return out
+
+    setattr(cls, make, wrapper)
 
 
 def _patch_torch(rec: Recorder, steps: KerasSteps) -> None:

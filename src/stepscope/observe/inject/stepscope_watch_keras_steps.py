@@ -50,6 +50,11 @@ class KerasSteps:
         # torch backend: the loop pulls batch k+1 before batch k+1's begin callback, so asking
         # for the next batch is what ends a step (as in a plain PyTorch loop).
         self.pull_cuts = False
+        # JAX dispatches a step and returns before it has run: the loop may pull the next
+        # batch while the device still computes. ``device_busy`` (set on JAX) says whether the
+        # last step's results are still pending; a pull the device was busy through is not a
+        # wait of the device for data.
+        self.device_busy: Callable[[], bool] | None = None
         self.count_images = count_images
         self.clock = clock or rec.clock
         self.main_thread_id = rec.main_thread_id
@@ -74,10 +79,16 @@ class KerasSteps:
             self._close(t)
             self.t_start = t
 
-    def pulled_batch(self, dt: float, batch: Any) -> None:
-        """The loop's thread spent ``dt`` in ``next()`` for ``batch`` (JAX, torch)."""
+    def pulled_batch(self, dt: float, batch: Any, busy_before: bool = False,
+                     busy_after: bool = False) -> None:
+        """The loop's thread spent ``dt`` in ``next()`` for ``batch`` (JAX, torch); the device
+        was computing at its start/end (JAX; unknown elsewhere: False)."""
         if threading.get_ident() != self.main_thread_id:
             return
+        if busy_after:  # the device computed through the whole pull: it did not wait
+            dt = 0.0
+        elif busy_before:  # it finished somewhere during the pull: half, as an estimate
+            dt *= 0.5
         self.blocked_s += dt
         self.pulled += 1
         self.pulled_images += self.count_images(batch)
@@ -209,10 +220,14 @@ class _TimedIterator:
         return self
 
     def __next__(self) -> Any:
+        busy = self.steps.device_busy
         t0 = self.clock()
         self.steps.pull_begin(t0)
+        before = busy() if busy is not None else False
         batch = next(self.it)  # StopIteration ends the epoch, untimed
-        self.steps.pulled_batch(self.clock() - t0, batch)
+        t1 = self.clock()
+        after = busy() if busy is not None else False
+        self.steps.pulled_batch(t1 - t0, batch, before, after)
         return batch
 
 
