@@ -25,6 +25,7 @@ from stepscope.analysis.vocab import PYTORCH_ONLY_WORDS
 PY = sys.executable
 SRC = Path(__file__).resolve().parents[1] / "src"
 SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_known.py"
+SEED_SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_seed.py"
 INPUT_MS = 150.0
 # Planted: 150 ms of loading against a few ms of compute. Even on a busy 2-core machine, where
 # the GIL and other processes stretch the step, the wait stays far above the 20 % threshold.
@@ -34,11 +35,15 @@ COMPUTE_WAIT_MAX = 0.15
 
 def _run(tmp_path: Path, *args: str) -> dict[str, Any]:
     """``stepscope watch --out RUN -- python keras_known.py ARGS``, as the user types it."""
+    return _run_script(tmp_path, SCRIPT, *args)
+
+
+def _run_script(tmp_path: Path, script: Path, *args: str) -> dict[str, Any]:
     run = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(SRC))
     proc = subprocess.run(
         [PY, "-m", "stepscope", "watch", "--out", str(run), "--interval", "0.2", "--",
-         PY, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
+         PY, str(script), *args], env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary: dict[str, Any] = json.loads((run / "summary.json").read_text())
     summary["_printed"] = proc.stdout + (run / "report.html").read_text()
@@ -138,3 +143,35 @@ def test_keras3_tensorflow_memory_ledger_names_the_runtime(tmp_path: Path) -> No
     assert {"framework/runtime baseline", "weights", "optimizer state"} <= items
     assert s["memory"]["unattributed_frac"] is not None
     assert s["memory"]["unattributed_frac"] <= 0.2
+
+
+@pytest.fixture(scope="module")
+def seed_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """80 synthetic JPEGs: 64 train (8 batches of 8), 16 validation (2 batches)."""
+    out = tmp_path_factory.mktemp("seed_synth")
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    subprocess.run([PY, "-m", "stepscope", "data", "synth", str(out), "--images", "80"],
+                   env=env, check=True, capture_output=True, timeout=300)
+    return out
+
+
+@pytest.mark.slow
+def test_seed_keras_script_on_tensorflow(tmp_path: Path, seed_data: Path) -> None:
+    """The seed's script: every phase compute-bound (InceptionResNetV2 at 299 px on a CPU is
+    ~15x slower than the ImageDataGenerator augmentation), epochs 1..N, Keras words only."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    s = _run_script(tmp_path, SEED_SCRIPT, str(seed_data), str(ckpt), "--epochs", "2")
+    phases = [(p["epoch"], p["phase"]) for p in s["phases"]]
+    assert phases == [(1, "train"), (1, "val"), (2, "train"), (2, "val")]
+    for p in s["phases"]:
+        assert p["verdict"] == "compute-bound", p
+        assert p["data_wait_frac"] < 0.2, p
+    assert s["loader"]["kind"] == "ImageDataGenerator" and s["loader"]["augments"] is True
+    text = _text(s)
+    for word in PYTORCH_ONLY_WORDS:
+        assert word not in text, word
+    assert "compute-bound" in s["_printed"]
+    mem = s["memory"]
+    assert mem["unattributed_frac"] is not None and mem["unattributed_frac"] <= 0.2, mem
+    assert (ckpt / "model.h5").exists()  # ModelCheckpoint on val_accuracy ran

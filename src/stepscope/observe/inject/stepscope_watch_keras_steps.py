@@ -8,9 +8,10 @@ and its data wait is measured at the producer, per backend:
 - TensorFlow (Keras 3 and tf-keras): the batch is fetched by ``iterator.get_next()`` inside the
   compiled train function, so callbacks never see the wait. stepscope appends one step to the
   end of the input ``tf.data`` pipeline that notes when each batch left the pipeline and how
-  many images it holds (``mark_dataset``). The loop asked for the batch at its batch-begin
-  callback, so it was blocked for ``max(0, ready - begin)``: zero when a prefetch buffer already
-  held the batch, the whole production time when nothing did.
+  many images it holds (``mark_dataset``), and when it was asked for. The loop asks at its
+  batch-begin callback or later (a traced function's first request comes after tracing), so it
+  was blocked for ``max(0, ready - max(begin, request))``: zero when a prefetch buffer already
+  held the batch, the production time when nothing did.
 - JAX and torch: the trainer pulls the batch with ``next()`` in Python on the main thread (JAX
   inside the train function, torch just before the batch-begin callback). stepscope times that
   ``next()`` (``TimedIterable``): the main thread was blocked exactly that long.
@@ -66,7 +67,7 @@ class KerasSteps:
         self.blocked_s = 0.0
         self.pulled_images = 0
         self.pulled = 0
-        self.ready: dict[int, deque[tuple[float, int]]] = {}
+        self.ready: dict[int, deque[tuple[float, int, float]]] = {}
         self.active: int | None = None
         self.per_step = 1
         self.lock = threading.Lock()
@@ -93,14 +94,15 @@ class KerasSteps:
         self.pulled += 1
         self.pulled_images += self.count_images(batch)
 
-    def batch_ready(self, token: int, images: int) -> None:
-        """A batch of ``images`` left the marked ``tf.data`` pipeline ``token`` (any thread)."""
+    def batch_ready(self, token: int, images: int, requested: float) -> None:
+        """A batch of ``images`` asked for at ``requested`` left the marked ``tf.data``
+        pipeline ``token`` now (any thread)."""
         t = self.clock()
         with self.lock:
             q = self.ready.get(token)
             if q is None:
                 q = self.ready[token] = deque()
-            q.append((t, images))
+            q.append((t, images, requested))
 
     def new_iterator(self, token: int, since: float | None = None) -> None:
         """A fresh iterator over ``token``'s pipeline, made after ``since`` (default: now):
@@ -166,8 +168,8 @@ class KerasSteps:
         images = self.pulled_images if self.pulled > 0 else None
         marked = self._pop_ready()
         if marked is not None:
-            last_ready, marked_images = marked
-            wait += max(0.0, min(last_ready, t) - self.t_begin)
+            last_ready, marked_images, requested = marked
+            wait += max(0.0, min(last_ready, t) - max(self.t_begin, requested))
             images = marked_images
         if images is None:
             images = self.images_fn(self.first, self.first + self.per_step - 1)
@@ -177,18 +179,19 @@ class KerasSteps:
         self.t_begin = None
         self._reset()
 
-    def _pop_ready(self) -> tuple[float, int] | None:
+    def _pop_ready(self) -> tuple[float, int, float] | None:
+        """(last batch's ready time, images, first batch's request time) of this step."""
         if self.active is None:
             return None
         with self.lock:
             q = self.ready.get(self.active)
             if not q:
                 return None
-            last, images = 0.0, 0
+            last, images, first_request = 0.0, 0, q[0][2]
             for _ in range(min(self.per_step, len(q))):
-                last, n = q.popleft()
+                last, n, _ = q.popleft()
                 images += n
-        return last, images
+        return last, images, first_request
 
 
 class TimedIterable:
@@ -232,28 +235,41 @@ class _TimedIterator:
 
 
 def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
-    """``dataset`` with a last step that tells ``steps`` when each batch left the pipeline.
+    """``dataset`` with a last step that tells ``steps`` when each batch was asked for and when
+    it left the pipeline.
 
-    The step is a ``tf.numpy_function`` (the Python call costs tens of microseconds per batch,
-    not per image) joined to the batch by a control dependency, so the batch cannot reach the
-    train function before the note is taken. Structure, dtypes and static shapes are unchanged.
+    The request time comes from a clock zipped in front of the batch: ``zip`` asks its inputs
+    in turn when its own consumer asks, so the clock element is made at the request. This
+    matters for the first batch of an iterator: tf.data starts producing on the first request,
+    which a traced train function makes only after tracing, so the batch-begin callback is not
+    when the batch was asked for. The notes are ``tf.numpy_function`` calls (tens of
+    microseconds per batch, not per image), joined to the batch by a control dependency so the
+    batch cannot reach the train function before they are taken. Structure, dtypes and static
+    shapes of the batch are unchanged.
     """
 
-    def note(n: Any) -> Any:
-        steps.batch_ready(token, int(n))
+    def now() -> Any:
+        import numpy as np  # Keras depends on NumPy
+
+        return np.float64(steps.clock())
+
+    def note(requested: Any, n: Any) -> Any:
+        steps.batch_ready(token, int(n), float(requested))
         return n
 
-    def mark(*elem: Any) -> Any:
-        structure = elem[0] if len(elem) == 1 else elem
+    clock = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat().map(
+        lambda _: tf.numpy_function(now, [], tf.float64, stateful=True))
+
+    def mark(requested: Any, structure: Any) -> Any:
         flat = tf.nest.flatten(structure)
         dense = [x for x in flat if isinstance(x, tf.Tensor)]
         if not dense:
             return structure
         first = dense[0]
         n = tf.shape(first, out_type=tf.int64)[0] if first.shape.rank else tf.constant(1, tf.int64)
-        done = tf.numpy_function(note, [n], tf.int64, stateful=True)
+        done = tf.numpy_function(note, [requested, n], tf.int64, stateful=True)
         with tf.control_dependencies([done]):
             out = [tf.identity(x) if isinstance(x, tf.Tensor) else x for x in flat]
         return tf.nest.pack_sequence_as(structure, out)
 
-    return dataset.map(mark)
+    return tf.data.Dataset.zip((clock, dataset)).map(mark)

@@ -1,0 +1,138 @@
+"""What does ``stepscope watch`` cost a Keras/TensorFlow script? Throughput watched / bare.
+
+Runs one small Keras 3 script on the TensorFlow backend (a small CNN on 32x32 images fed by a
+``keras.utils.PyDataset``, Adam, a validation pass per epoch) bare and under
+:func:`stepscope.observe.watch.watch`, alternating so machine noise hits both alike. The script
+times its own epochs with an epoch-level callback (no batch hooks, the same in both runs) and
+reports its best training epoch after the first (which traces the train function), so process
+start-up, imports and tracing are not counted: only what watching adds while training runs —
+the watch callback, the mark at the end of the tf.data pipeline, the parent's samplers.
+It also reports the training process's CPU time per image, watched / bare.
+
+Usage:
+    .venv/bin/python bench/watch_keras_overhead.py [--runs 5] [--steps 150] [--interval 1.0]
+
+The last line is the headline figure as one JSON object (median of the per-pair ratios).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from stepscope.observe.watch import watch
+
+SCRIPT = '''
+import json, os, sys, time
+os.environ["KERAS_BACKEND"] = "tensorflow"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+
+out, steps = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+x_all = rng.normal(size=(steps * 32, 32, 32, 3)).astype("float32")
+y_all = rng.integers(0, 10, size=(steps * 32,))
+
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def __len__(self):
+        return self.n // 32
+
+    def __getitem__(self, i):
+        sl = slice(i * 32, (i + 1) * 32)
+        return x_all[sl], y_all[sl]
+
+
+class EpochClock(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.rates, self.cpu = [], []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+    def on_test_begin(self, logs=None):  # the training part of the epoch ends here
+        if self.t0 is not None:
+            n = steps * 32
+            self.rates.append(n / (time.perf_counter() - self.t0))
+            self.cpu.append((time.process_time() - self.c0) / n)
+            self.t0 = None
+
+
+model = keras.Sequential([
+    keras.Input(shape=(32, 32, 3)),
+    keras.layers.Conv2D(16, 3, padding="same", activation="relu"), keras.layers.MaxPooling2D(),
+    keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+    keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, activation="softmax")])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+clock = EpochClock()
+model.fit(Batches(steps * 32), validation_data=Batches(256), epochs=4, verbose=0,
+          callbacks=[clock])
+with open(out, "w") as f:
+    # The best epoch after the first: other load on a shared machine only ever slows an epoch
+    # down, while watching's own costs hit every epoch alike.
+    json.dump({"images_per_s": max(clock.rates[1:]), "cpu_s_per_image": min(clock.cpu[1:])}, f)
+'''
+
+
+def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float
+         ) -> dict[str, float]:
+    out = work / f"result-{index}-{int(watched)}.json"
+    cmd = [sys.executable, str(script), str(out), str(steps)]
+    if watched:
+        result = watch(cmd, work / f"run-{index}", interval_s=interval_s)
+        if result.exit_code != 0:
+            raise SystemExit(f"watched run failed with exit code {result.exit_code}")
+    else:
+        # In its own session like the watched child (see bench/watch_overhead.py: autogroup).
+        subprocess.run(cmd, check=True, start_new_session=True,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    return {k: float(v) for k, v in json.loads(out.read_text()).items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs of each kind (>= 3)")
+    parser.add_argument("--steps", type=int, default=150, help="training steps per epoch")
+    parser.add_argument("--interval", type=float, default=1.0, help="sampling period (s)")
+    args = parser.parse_args()
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="stepscope-watch-keras-bench-") as tmp:
+        work = Path(tmp)
+        script = work / "keras_small.py"
+        script.write_text(SCRIPT)
+        for i in range(max(args.runs, 3)):
+            # Alternate which goes first so a drift in machine load favours neither.
+            order = (False, True) if i % 2 == 0 else (True, False)
+            rates = {w: _run(script, work, i, w, args.steps, args.interval) for w in order}
+            bare, watched = rates[False], rates[True]
+            ratios.append(watched["images_per_s"] / bare["images_per_s"])
+            cpu_ratios.append(watched["cpu_s_per_image"] / bare["cpu_s_per_image"])
+            print(f"pair {i}: bare {bare['images_per_s']:.0f} img/s, watched "
+                  f"{watched['images_per_s']:.0f} img/s, ratio {ratios[-1]:.4f}; "
+                  f"training-process CPU per image watched/bare {cpu_ratios[-1]:.4f}",
+                  file=sys.stderr, flush=True)
+    print(f"watched/bare throughput: median {statistics.median(ratios):.4f} "
+          f"(min {min(ratios):.4f}, max {max(ratios):.4f}) over {len(ratios)} pairs; "
+          f"training-process CPU per image watched/bare: median "
+          f"{statistics.median(cpu_ratios):.4f}")
+    print(json.dumps({"figure": "watch_keras_overhead_ratio",
+                      "value": round(statistics.median(ratios), 4),
+                      "min": round(min(ratios), 4), "max": round(max(ratios), 4),
+                      "runs": len(ratios)}))
+
+
+if __name__ == "__main__":
+    main()
