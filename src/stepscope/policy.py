@@ -141,7 +141,7 @@ def predict_images_per_s(*, loader_w: float, loader_0: float, compute: float, wo
         50.0
         >>> predict_images_per_s(loader_w=200, loader_0=100, compute=100, workers=2, cores=2,
         ...                      shared_cores=False)
-        100.0
+        100
     """
     if workers == 0:
         return 1.0 / (1.0 / loader_0 + 1.0 / compute)

@@ -134,7 +134,8 @@ def prediction(report: dict[str, Any]) -> str:
         >>> prediction(report)  # doctest: +SKIP
         'The model will be the bottleneck: the trunk runs at 8.5 img/s on 2 CPU thread(s)
         (bf16, which training uses: 23.5) while one core decodes and augments 1,400 img/s;
-        1 worker is enough (expect about 23 img/s).'
+        loading in the main process (--workers 0) costs it under a quarter of a core
+        (expect about 23.3 img/s).'
     """
     b = bottleneck(report)
     loader = (f"one core decodes{' and augments' if b.augmented else ''} "

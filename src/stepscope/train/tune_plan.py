@@ -3,7 +3,7 @@ measurement, and how many steps a real run gets. Pure arithmetic on an injectabl
 is tested with a fake one.
 
 Examples:
-    >>> t = iter([0.0, 30.0]).__next__
+    >>> t = iter([0.0, 30.0, 30.0]).__next__
     >>> b = Budget(120.0, t)
     >>> b.left(), b.fraction()
     (90.0, 0.25)
