@@ -22,6 +22,7 @@ RUNNABLE = [
     "stepscope.analysis.tune",
     "stepscope.analysis.verdicts",
     "stepscope.atomic",
+    "stepscope.metrics",
     "stepscope.observe.callbacks",
     "stepscope.observe.proctree",
     "stepscope.observe.steps",
