@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from stepscope.analysis.summary import write_summary
 from stepscope.observe.steps import StepTimer
 from stepscope.store.db import RunReader
-from stepscope.store.records import StepRecord
+from stepscope.store.records import ArrivalRecord, StepRecord
 from stepscope.store.rundir import rank_db_name
 from stepscope.train import models
 from stepscope.train.config import resolve_config
@@ -114,7 +115,8 @@ def test_comm_hook_times_the_allreduce_inside_backward(one_rank_group: None) -> 
     ddp = DistributedDataParallel(model, forward_sync_buffers=False)
     steps: list[StepRecord] = []
     timer = StepTimer(emit=steps.append)
-    comm = CommTimer(timer)
+    arrivals: list[ArrivalRecord] = []
+    comm = CommTimer(timer, on_arrival=arrivals.append)
     comm.register(ddp)
     x = torch.randint(0, 255, (4, 3, 64, 64), dtype=torch.uint8)
     y = torch.tensor([0, 1, 0, 1])
@@ -126,6 +128,10 @@ def test_comm_hook_times_the_allreduce_inside_backward(one_rank_group: None) -> 
             loss.backward()
         timer.end(timer.clock())
     assert comm.buckets == 3  # one bucket (the head) per step
+    # One arrival per step, at its last bucket, stamped in Unix time.
+    assert [a.seq for a in arrivals] == [0, 1, 2]
+    assert all(a.wait_s >= 0 and a.comm_s > 0 and a.buckets == 1 for a in arrivals)
+    assert all(abs(a.t_arrive - time.time()) < 600 for a in arrivals)
     assert all(p.grad is None for p in model.trunk.parameters())
     assert model.head.weight.grad is not None
     for s in steps:

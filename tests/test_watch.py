@@ -273,10 +273,10 @@ def test_recorder_split_and_epochs() -> None:
     phases = [m for m in msgs if m[0] == "P"]
     assert [(m[2], m[3]) for m in phases] == [(0, "val"), (1, "train"), (1, "val")]
     steps = [m for m in msgs if m[0] == "S"]
-    _, _, _, _, wall, wait, transfer, compute, other, images, warm = steps[0]
-    assert (wall, wait, transfer, compute, other, images, warm) == pytest.approx(
-        (0.8, 0.1, 0.02, 0.48, 0.2, 8, True))
-    _, _, _, _, wall, wait, transfer, compute, other, images, _ = steps[1]
+    _, _, _, _, wall, wait, transfer, compute, other, images, warm, comm = steps[0]
+    assert (wall, wait, transfer, compute, other, images, warm, comm) == pytest.approx(
+        (0.8, 0.1, 0.02, 0.48, 0.2, 8, True, 0.0))
+    _, _, _, _, wall, wait, transfer, compute, other, images, _, _ = steps[1]
     assert (wall, wait, compute, other) == pytest.approx((0.3, 0.05, 0.25, 0.0))
     ends = [m for m in msgs if m[0] == "E"]
     assert [(m[1], m[3], m[4]) for m in ends] == [(0, 0, 0), (1, 1, 8), (2, 1, 4)]

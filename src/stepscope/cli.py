@@ -77,6 +77,9 @@ def _finish_run(run_dir: Path, *, show: bool = True, as_json: bool = False,
         console.print_json(json.dumps(done.summary, default=str))
     elif show:
         console.print(terminal.phase_table(done.summary))
+        ranks = terminal.rank_table(done.summary)
+        if ranks is not None:
+            console.print(ranks)
         console.print(terminal.explanation(done.answers))
         console.print(f"report: {RunDir(run_dir).report}   summary: {RunDir(run_dir).summary}")
     return done.summary

@@ -166,6 +166,14 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "dist.backend": "torch.distributed backend",
     "dist.local_rank": "this rank's index on its node",
     "dist.host": "this rank's node",
+    "dist.rank": "this rank, from its process group (watch)",
+    "dist.pid": "this rank's process (watch)",
+    "dist.node_rank": "this rank's node number, GROUP_RANK or NODE_RANK (watch)",
+    "dist.status": "how this rank's process ended: completed, failed, interrupted (watch)",
+    "dist.exit_code": "this rank's exit status, 128 + N when killed by signal N (watch)",
+    "dist.ended": "when the watch saw this rank's process end",
+    "watch.ranks": "ranks that joined a process group under the watched command",
+    "watch.rank_pids": "each rank's process under the watched command",
 }.items())
 
 

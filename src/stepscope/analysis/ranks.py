@@ -27,6 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepscope.analysis.arrivals import (
+    RankArrivals,
+    analyze_arrivals,
+    arrival_evidence,
+    median_without,
+)
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio
 from stepscope.analysis.phases import (
     PhaseContext,
@@ -38,7 +44,7 @@ from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import BOUND_FRAC, decide_verdict
 from stepscope.policy import weighted_mean
 from stepscope.store.db import RunReader
-from stepscope.store.records import StepRecord
+from stepscope.store.records import ArrivalRecord, ProcessInfo, StepRecord
 from stepscope.store.rundir import RunDir
 
 STRAGGLER_EXCESS_FRAC = 0.15
@@ -65,6 +71,10 @@ class RankData:
     local_rank: int | None
     train_steps: dict[StepKey, StepRecord] = field(default_factory=dict)
     phases: list[dict[str, Any]] = field(default_factory=list)
+    arrivals: list[ArrivalRecord] = field(default_factory=list)
+    node_rank: int | None = None
+    status: str | None = None
+    exit_code: int | None = None
 
 
 def find_rank_stores(run_dir: Path) -> list[str]:
@@ -72,20 +82,52 @@ def find_rank_stores(run_dir: Path) -> list[str]:
     return RunDir(Path(run_dir)).rank_db_names()
 
 
+def own_processes(reader: RunReader) -> tuple[int | None, list[ProcessInfo]]:
+    """This store's training process and the processes that are its own.
+
+    A store written by ``stepscope watch`` for a rank names the rank's process (``dist.pid``);
+    ``run.db`` then holds the whole command's tree (launcher, every rank), so rank 0 keeps its
+    own subtree without the other ranks' (``watch.rank_pids``). Otherwise the tree's root.
+    """
+    processes = reader.processes()
+    facts = reader.facts()
+    mine = _fact_value(facts, "dist.pid")
+    if not isinstance(mine, int):
+        mains = [p.pid for p in processes if p.role == "main"]
+        return (mains[0] if mains else (reader.run().pid or None)), processes
+    pids = _fact_value(facts, "watch.rank_pids") or {}
+    others = {int(p) for p in pids.values() if isinstance(p, int) and p != mine}
+    children: dict[int, list[int]] = {}
+    for p in processes:
+        children.setdefault(p.ppid, []).append(p.pid)
+    keep, todo = {mine}, [mine]
+    while todo:
+        for kid in children.get(todo.pop(), []):
+            if kid not in keep and kid not in others:
+                keep.add(kid)
+                todo.append(kid)
+    return mine, [p for p in processes if p.pid in keep]
+
+
 def load_rank(reader: RunReader) -> RankData:
     """Read one rank's run row, training steps and summarized phases."""
     run = reader.run()
     facts = reader.facts()
-    processes = reader.processes()
-    mains = [p.pid for p in processes if p.role == "main"]
+    main_pid, processes = own_processes(reader)
     ctx = PhaseContext(cache=SampleCache(reader), processes=processes,
-                       main_pid=mains[0] if mains else (run.pid or None), gpu_index=None)
+                       main_pid=main_pid, gpu_index=None)
     steps_by_phase: dict[int, list[StepRecord]] = {}
     for s in reader.steps():
         steps_by_phase.setdefault(s.phase_id, []).append(s)
     data = RankData(rank=run.rank, world_size=run.world_size,
                     host=_fact_value(facts, "dist.host"),
-                    local_rank=_fact_value(facts, "dist.local_rank"))
+                    local_rank=_fact_value(facts, "dist.local_rank"),
+                    arrivals=reader.arrivals(),
+                    node_rank=_fact_value(facts, "dist.node_rank"),
+                    # watch records how each rank's own process ended; train's rank row says it
+                    status=_fact_value(facts, "dist.status") or run.status,
+                    exit_code=_fact_value(facts, "dist.exit_code") if "dist.status" in facts
+                    else run.exit_code)
     for ph in reader.phases():
         steps = steps_by_phase.get(ph.phase_id, [])
         data.phases.append(summarize_phase(ph, steps, ctx))
@@ -115,8 +157,18 @@ def _part_s(s: StepRecord, part: str) -> float:
     return float(getattr(s, f"{part}_s"))
 
 
-def _others_median(ranks: Sequence[RankData], k: int, key: StepKey, fn: Any) -> float:
-    return statistics.median(fn(r.train_steps[key]) for i, r in enumerate(ranks) if i != k)
+SortedSteps = dict[StepKey, dict[str, list[float]]]
+
+
+def sort_steps(ranks: Sequence[RankData], keys: Sequence[StepKey]) -> SortedSteps:
+    """Per aligned step, each figure over all ranks, sorted: every rank's "median of the others"
+    then costs a bisection, not a pass over the ranks (the merge stays ~ranks × steps)."""
+    out: SortedSteps = {}
+    for key in keys:
+        recs = [r.train_steps[key] for r in ranks]
+        out[key] = {"busy": sorted(_busy_s(s) for s in recs),
+                    **{p: sorted(_part_s(s, p) for s in recs) for p in PARTS}}
+    return out
 
 
 @dataclass
@@ -139,20 +191,23 @@ class Excess:
         return (self.busy_s - self.others_busy_s) / self.steps if self.steps else 0.0
 
 
-def compare_rank(ranks: Sequence[RankData], k: int, keys: Sequence[StepKey]) -> Excess:
+def compare_rank(ranks: Sequence[RankData], k: int, keys: Sequence[StepKey],
+                 table: SortedSteps | None = None) -> Excess:
     """Rank ``k``'s busy time and step parts against the other ranks', step by step."""
+    table = sort_steps(ranks, keys) if table is None else table
     ex = Excess(parts_s=dict.fromkeys(PARTS, 0.0), others_parts_s=dict.fromkeys(PARTS, 0.0))
     for key in keys:
         mine = ranks[k].train_steps[key]
-        busy = [_busy_s(r.train_steps[key]) for r in ranks]
-        ex.busy_s += busy[k]
-        ex.others_busy_s += _others_median(ranks, k, key, _busy_s)
-        ex.slowest_steps += busy[k] >= max(busy)
+        sorted_busy = table[key]["busy"]
+        busy = _busy_s(mine)
+        ex.busy_s += busy
+        ex.others_busy_s += median_without(sorted_busy, busy)
+        ex.slowest_steps += busy >= sorted_busy[-1]
         ex.steps += 1
         for part in PARTS:
-            ex.parts_s[part] += _part_s(mine, part)
-            ex.others_parts_s[part] += _others_median(
-                ranks, k, key, lambda s, p=part: _part_s(s, p))
+            v = _part_s(mine, part)
+            ex.parts_s[part] += v
+            ex.others_parts_s[part] += median_without(table[key][part], v)
     return ex
 
 
@@ -165,10 +220,12 @@ def is_straggler(ex: Excess) -> bool:
             and ex.per_step_s >= MIN_EXCESS_S)
 
 
-def straggler_cause(ex: Excess) -> str:
-    """The part of the step with the largest excess over the other ranks."""
+def straggler_cause(ex: Excess) -> str | None:
+    """The part of the step with the largest excess over the other ranks; None when no part
+    stands out (its own split does not say why it is late)."""
     part = max(PARTS, key=lambda p: ex.parts_s[p] - ex.others_parts_s[p])
-    return PARTS[part]
+    excess = (ex.parts_s[part] - ex.others_parts_s[part]) / ex.steps if ex.steps else 0.0
+    return PARTS[part] if excess >= MIN_EXCESS_S else None
 
 
 def _train_phases(data: RankData) -> list[dict[str, Any]]:
@@ -205,6 +262,7 @@ def rank_row(data: RankData, keys: Sequence[StepKey]) -> dict[str, Any]:
     worker_cpu = [c for p in train for c in (p.get("worker_cpu_pct") or [])]
     return {
         "rank": data.rank, "host": data.host, "local_rank": data.local_rank,
+        "node_rank": data.node_rank,
         "images": images, "seconds": seconds,
         "images_per_s": images / seconds if seconds > 0 else None,
         "steps_compared": split.steps,
@@ -284,7 +342,21 @@ def _cpu_lines(rows: list[dict[str, Any]], k: int) -> list[str]:
         lines.append(f"its workers at {row['worker_cpu_pct']:.0f} % of a core each")
     if row["host_cpu_pct"] is not None:
         lines.append(f"its node's CPU {row['host_cpu_pct']:.0f} % busy")
-    return lines
+    return lines + _cpu_inference(row)
+
+
+def _cpu_inference(row: dict[str, Any]) -> list[str]:
+    """Whether the slow rank's own time was CPU work: its process CPU against its busy share."""
+    mine, busy, step = row["main_cpu_pct"], row["busy_ms_per_step"], row["step_ms"]
+    if mine is None or not busy or not step or row.get("cause") not in ("compute", None):
+        return []
+    busy_pct = 100.0 * busy / step
+    if mine < 0.5 * busy_pct:
+        return [f"inferred: busy {busy_pct:.0f} % of every step but its process used "
+                f"{mine:.0f} % of a core, so most of that time it waited on something other than "
+                "its own CPU work (a slower or shared device, I/O, a lock, a sleep)"]
+    return [f"inferred: busy {busy_pct:.0f} % of every step with its process at {mine:.0f} % "
+            "of a core: its own CPU work (more work per step, slower or shared cores)"]
 
 
 def _fill_node_cpu(rows: list[dict[str, Any]]) -> None:
@@ -309,17 +381,52 @@ def merge_ranks(readers: Sequence[RunReader]) -> dict[str, Any]:
     keys = _aligned_keys(ranks)
     rows = [rank_row(d, keys) for d in ranks]
     _fill_node_cpu(rows)
+    arrivals = analyze_arrivals([RankArrivals(d.rank, d.host, d.arrivals) for d in ranks])
+    table = sort_steps(ranks, keys)
     for k, row in enumerate(rows):
-        ex = compare_rank(ranks, k, keys) if len(ranks) > 1 else Excess()
-        slow = is_straggler(ex)
+        ex = compare_rank(ranks, k, keys, table) if len(ranks) > 1 else Excess()
+        row["status"], row["exit_code"] = ranks[k].status, ranks[k].exit_code
+        if arrivals is not None:
+            # Arrival order names the rank the others wait for even where the all-reduce has
+            # equalised busy time; the busy-time comparison then only explains why.
+            row.update(arrivals["rows"][row["rank"]])
+            slow, row["straggler_by"] = row["arrival_straggler"], "arrival"
+        else:
+            slow, row["straggler_by"] = is_straggler(ex), "busy time"
         row["straggler"] = slow
-        row["cause"] = straggler_cause(ex) if slow else None
+        row["cause"] = straggler_cause(ex) if slow and ex.steps else None
         row["busy_ratio_to_others"] = ex.ratio
         row["busiest_step_frac"] = ex.slowest_steps / ex.steps if ex.steps else None
-        row["straggler_evidence"] = straggler_evidence(rows, k, ex, row["cause"]) if slow else []
         row["excess_ms_per_step"] = ex.per_step_s * 1000.0 if ex.steps else None
+        evidence = [] if not slow or arrivals is None else arrival_evidence(
+            row["rank"], row, arrivals["job"])
+        if slow and row["cause"] is not None:
+            evidence += straggler_evidence(rows, k, ex, row["cause"])
+        row["straggler_evidence"] = evidence
     world = max((d.world_size for d in ranks), default=1)
-    return {"ranks": rows, "distributed": job_section(rows, ranks, keys, world)}
+    job = job_section(rows, ranks, keys, world)
+    job["arrival"] = None if arrivals is None else arrivals["job"]
+    job["nodes"] = nodes(rows)
+    job["failed_ranks"] = [{"rank": r["rank"], "status": r["status"], "exit_code": r["exit_code"]}
+                           for r in rows if r["status"] in ("failed", "interrupted")]
+    return {"ranks": rows, "distributed": job}
+
+
+def nodes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ranks grouped by node: the host they ran on (``dist.host``) and, where the launcher
+    numbers nodes (torchrun's GROUP_RANK, Lightning's NODE_RANK), that number, in rank order."""
+    by_node: dict[tuple[str, int | None], list[int]] = {}
+    for r in rows:
+        by_node.setdefault((r["host"] or "unknown host", r.get("node_rank")), []).append(r["rank"])
+    out = []
+    for (host, node_rank), ks in sorted(by_node.items(), key=lambda kv: kv[1][0]):
+        entry: dict[str, Any] = {"host": host, "ranks": ks,
+                                 "stragglers": [r["rank"] for r in rows
+                                                if r["rank"] in ks and r["straggler"]]}
+        if node_rank is not None:
+            entry["node_rank"] = node_rank
+        out.append(entry)
+    return out
 
 
 def job_section(rows: list[dict[str, Any]], ranks: Sequence[RankData], keys: Sequence[StepKey],
@@ -358,10 +465,13 @@ def _job_verdict(rows: list[dict[str, Any]], stragglers: list[int], comm_frac: f
         k = stragglers[0]
         row = next(r for r in rows if r["rank"] == k)
         others_comm = _others(rows, rows.index(row), "comm_frac")
-        what = "data wait" if row["cause"] == "input" else row["cause"]
-        return "straggler-bound", (
-            f"rank {k} is the straggler ({row['cause']}: {what}); the other ranks spend "
-            f"{fmt_pct(others_comm)} of every step waiting for it in the all-reduce")
+        what = {"input": "data wait", "compute": "forward, backward and optimizer",
+                "transfer": "host-to-device copies"}.get(row["cause"], row["cause"])
+        why = f" ({row['cause']}: {what})" if row["cause"] else ""
+        wait = (f"; the other ranks spend {fmt_pct(others_comm)} of every step waiting for it "
+                "in the all-reduce" if others_comm else
+                "; the other ranks wait for it at the all-reduce")
+        return "straggler-bound", f"rank {k} is the straggler{why}{wait}"
     if comm_frac is not None and comm_frac >= COMM_BOUND_FRAC:
         return "communication-bound", (
             f"the gradient all-reduce takes {fmt_pct(comm_frac)} of every step on average, "
@@ -372,9 +482,31 @@ def _job_verdict(rows: list[dict[str, Any]], stragglers: list[int], comm_frac: f
                        f"step; over all ranks the job is {v.verdict or 'undecided'}")
 
 
+def _failure_finding(job: dict[str, Any]) -> list[dict[str, Any]]:
+    failed = [f for f in job.get("failed_ranks") or [] if f["status"] == "failed"]
+    if not failed:
+        return []
+    first = failed[0]
+    code = first["exit_code"]
+    how = ("its exit status was not seen" if code is None else
+           f"killed by signal {code - 128} (exit code {code})" if code > 128 else
+           f"exit code {code}")
+    stopped = [f["rank"] for f in job["failed_ranks"] if f["status"] == "interrupted"]
+    tail = f"; ranks {', '.join(map(str, stopped))} stopped after it" if stopped else ""
+    return [{
+        "id": f"rank{first['rank']}-failed", "severity": "high",
+        "title": f"Rank {first['rank']} failed and ended the job",
+        "evidence": f"rank {first['rank']}'s process ended first, {how}{tail} (how each rank's "
+                    "process ended, as the watch saw it); every rank's records up to then kept",
+        "fix": "read that rank's output for its error; a signal 9 with no error is often the "
+               "kernel's out-of-memory killer (dmesg)",
+        "expected_gain": None, "measure": "rerun; every rank should end completed",
+    }]
+
+
 def rank_findings(merged: dict[str, Any]) -> list[dict[str, Any]]:
     """Findings (``summary["findings"]`` entries) for stragglers and communication."""
-    out = []
+    out = _failure_finding(merged["distributed"])
     for row in merged["ranks"]:
         if not row["straggler"]:
             continue
@@ -383,7 +515,8 @@ def rank_findings(merged: dict[str, Any]) -> list[dict[str, Any]]:
         gain = step_s / (step_s - excess_s) if step_s > excess_s > 0 else None
         out.append({
             "id": f"straggler-rank{row['rank']}", "severity": "high",
-            "title": f"Rank {row['rank']} holds every rank back ({row['cause']})",
+            "title": f"Rank {row['rank']} holds every rank back"
+                     + (f" ({row['cause']})" if row["cause"] else ""),
             "evidence": "; ".join(row["straggler_evidence"]), "fix": _straggler_fix(row),
             "expected_gain": None if gain is None else f"~{fmt_ratio(gain)} faster steps for "
             "the whole job if this rank kept pace with the others",
@@ -414,12 +547,29 @@ def _straggler_fix(row: dict[str, Any]) -> str:
     return "compare this rank's configuration and node with the others'"
 
 
+def _holds_rank0(run_dir: Path) -> bool:
+    """Whether ``run.db`` is rank 0's store. A multi-node watch on a node without rank 0 keeps
+    its command's system picture there, and says which ranks it saw (``watch.ranks``)."""
+    with RunReader(run_dir) as reader:
+        seen = _fact_value(reader.facts(), "watch.ranks")
+    return not isinstance(seen, list) or 0 in seen
+
+
 def add_rank_stores(summary: dict[str, Any], run_dir: Path) -> None:
     """Merge ``run_dir``'s per-rank stores into ``summary`` (no-op without them)."""
     names = find_rank_stores(run_dir)
     if not names:
         return
-    readers = [RunReader(run_dir)] + [RunReader(run_dir, db_name=n) for n in names]
+    primary = [RunDir(Path(run_dir)).db.name] if _holds_rank0(run_dir) else []
+    from stepscope.analysis import rankscale  # imports this module
+
+    if len(names) + 1 > rankscale.ROLLUP_ABOVE_RANKS:
+        # Bounded build time for big jobs: per-rank roll-ups, not every step of every rank.
+        merged = rankscale.rollup_merge(Path(run_dir), [*primary, *names])
+        summary["ranks"] = merged["ranks"]
+        summary["distributed"] = merged["distributed"]
+        return
+    readers = [RunReader(run_dir, db_name=n) for n in [*primary, *names]]
     try:
         merged = merge_ranks(readers)
     finally:

@@ -25,7 +25,7 @@ from stepscope.analysis.phases import (
     steady_split,
     summarize_phase,
 )
-from stepscope.analysis.ranks import add_rank_stores
+from stepscope.analysis.ranks import add_rank_stores, own_processes
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import decide_verdict
 from stepscope.analysis.vocab import framework_of, vocab
@@ -202,11 +202,6 @@ def monitor_overhead(facts: dict[str, Fact], cache: SampleCache, run_s: float | 
     return None if pct is None else pct / 100.0 / cores
 
 
-def _main_pid(run: RunInfo, reader: RunReader) -> int | None:
-    mains = [p.pid for p in reader.processes() if p.role == "main"]
-    return mains[0] if mains else (run.pid or None)
-
-
 def _summarize_phases(reader: RunReader, ctx: PhaseContext, rank: int
                       ) -> tuple[list[dict[str, Any]], dict[int, list[StepRecord]]]:
     """(phases of this run's rank, steps by phase id)."""
@@ -275,11 +270,11 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     run = reader.run()
     facts = reader.facts()
     cache = SampleCache(reader)
-    main_pid = _main_pid(run, reader)
+    main_pid, own = own_processes(reader)  # a watched rank: its process, not the launcher
     pids = {p.pid for p in reader.processes()} | ({main_pid} if main_pid else set())
     gpu = _gpu_index(run.device, cache, pids)
     is_gpu_run = gpu is not None
-    ctx = PhaseContext(cache=cache, processes=reader.processes(), main_pid=main_pid,
+    ctx = PhaseContext(cache=cache, processes=own, main_pid=main_pid,
                        gpu_index=gpu, stages=_stage_facts(facts), cores=_job_cores(facts, cache),
                        host_cores=sum(1 for s in cache.sources("cpu_util_pct")
                                       if re.fullmatch(r"cpu\d+", s)) or None,

@@ -47,12 +47,15 @@ from stepscope.observe.sampling import (
 )
 from stepscope.observe.stages import ENV_DIR as STAGES_ENV
 from stepscope.observe.stages import SEQ_FACT_PREFIX as STAGES_SEQ_PREFIX
+from stepscope.observe.watch_ranks import RankHub
 from stepscope.store.db import RunWriter
-from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
+from stepscope.store.records import ArrivalRecord, PhaseRecord, RunInfo, Sample, StepRecord
 from stepscope.store.rundir import RunDir
 
 INJECT_DIR = Path(__file__).with_name("inject")
 FD_VAR = "STEPSCOPE_WATCH_FD"
+SOCK_VAR = "STEPSCOPE_WATCH_SOCK"
+DIR_VAR = "STEPSCOPE_WATCH_DIR"
 PYTHONPATH_VAR = "STEPSCOPE_WATCH_PYTHONPATH"
 PHASE_HINT_VAR = "STEPSCOPE_WATCH_PHASE_HINT"  # as inject/stepscope_watch_loop.HINT_VAR
 PHASE_HINTS = ("auto", "mode", "grad")
@@ -85,10 +88,13 @@ class WatchResult:
 
 
 def child_env(base: Mapping[str, str], fd: int, *, no_preallocate: bool,
-              phase_hint: str = "auto") -> dict[str, str]:
+              phase_hint: str = "auto", sock: str | None = None,
+              run_dir: Path | None = None) -> dict[str, str]:
     """The child's environment: our ``sitecustomize`` first on PYTHONPATH, the pipe's fd, the
     original PYTHONPATH (JSON, ``null`` when unset) for the child to restore for its own children,
-    and the phase hint (``--phase-hint``) when not ``auto``.
+    the phase hint (``--phase-hint``) when not ``auto``, and the socket the command's training
+    ranks connect to (``watch_ranks``): with it, the command's descendants keep our PYTHONPATH so
+    that a launcher's workers load the hooks too.
     """
     env = dict(base)
     if phase_hint != "auto":
@@ -97,6 +103,10 @@ def child_env(base: Mapping[str, str], fd: int, *, no_preallocate: bool,
     env["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR), *([original] if original else [])])
     env[PYTHONPATH_VAR] = json.dumps(original)
     env[FD_VAR] = str(fd)
+    if sock is not None:
+        env[SOCK_VAR] = sock
+    if run_dir is not None:  # where a multi-node job's rank 0 puts the other nodes' stores
+        env[DIR_VAR] = str(Path(run_dir).resolve())
     if no_preallocate:
         # TensorFlow maps nearly all free GPU memory at start and JAX 75 % of it; these make
         # both allocate as they go, so the memory reading shows what the model uses.
@@ -133,13 +143,23 @@ class RecordSink:
         writer: the run's writer.
         tree: the process-tree sampler (its ``io_totals``), if it could be built.
         interval_s: sampling period for the residency sampler started once files are known.
+        phase_ids: hands out the store's phase ids (shared by sinks writing one store).
+        residency: sample the dataset's page-cache residency (off for ranks > 0: run.db has it).
+        on_identity: called with a ``W`` message (the process joined a process group).
     """
 
-    def __init__(self, writer: RunWriter, *, tree: Any, interval_s: float) -> None:
+    def __init__(self, writer: RunWriter, *, tree: Any, interval_s: float,
+                 phase_ids: Callable[[], int] | None = None, residency: bool = True,
+                 on_identity: Callable[[list[Any]], None] | None = None,
+                 on_child_exit: Callable[[int, int], None] | None = None) -> None:
         self._writer = writer
         self._tree = tree
         self._interval_s = interval_s
-        self._phase_base = writer.next_phase_id
+        self._phase_ids = phase_ids or _counter(writer.next_phase_id)
+        self._ids: dict[int, int] = {}
+        self._residency_on = residency
+        self._on_identity = on_identity
+        self._on_child_exit = on_child_exit
         self._lock = threading.Lock()
         self.phases: dict[int, PhaseRecord] = {}
         self.steps = 0
@@ -150,10 +170,12 @@ class RecordSink:
         self.residency: DatasetResidency | None = None
         self._residency_thread: SamplerThread | None = None
         self.bad_lines = 0
+        self.said_bye = False
         self._handlers: dict[str, Callable[[list[Any]], None]] = {
             "P": self._phase_begin, "E": self._phase_end, "S": self._step, "F": self._fact,
             "N": self._note, "M": self._sample, "I": self._imported, "K": self._keras,
-            "D": self._dataset, "R": self._device, "H": self._hello,
+            "D": self._dataset, "R": self._device, "H": self._hello, "W": self._identity,
+            "A": self._arrival, "B": self._bye, "Q": self._flush, "X": self._child_exit,
         }
 
     def handle_line(self, line: bytes) -> None:
@@ -167,7 +189,7 @@ class RecordSink:
         with self._lock:
             try:
                 handler(msg)
-            except (ValueError, TypeError, IndexError):
+            except (ValueError, TypeError, IndexError, KeyError):
                 self.bad_lines += 1
 
     # -- messages -------------------------------------------------------------------------------
@@ -175,8 +197,9 @@ class RecordSink:
         _, seq, epoch, phase, t, workers = m
         rb, rc = phase_io_totals(self._tree)
         resident = phase_resident_frac(self.residency)
+        phase_id = self._ids[int(seq)] = self._phase_ids()
         rec = PhaseRecord(
-            phase_id=self._phase_base + int(seq), epoch=int(epoch), phase=str(phase),
+            phase_id=phase_id, epoch=int(epoch), phase=str(phase),
             started=float(t), resident_frac_start=resident, read_bytes_start=rb,
             rchar_start=rc, workers=workers,
         )
@@ -194,19 +217,39 @@ class RecordSink:
         self._writer.put_phase(rec)
 
     def _step(self, m: list[Any]) -> None:
-        _, seq, step, t_start, wall, wait, transfer, compute, other, images, warmup = m
+        _, seq, step, t_start, wall, wait, transfer, compute, other, images, warmup, *comm = m
         self.steps += 1
         self._writer.add_step(StepRecord(
-            phase_id=self._phase_base + int(seq), step=int(step), t_start=float(t_start),
+            phase_id=self._ids[int(seq)], step=int(step), t_start=float(t_start),
             wall_s=float(wall), data_wait_s=float(wait), transfer_s=float(transfer),
             compute_s=float(compute), other_s=float(other), images=int(images),
-            warmup=bool(warmup),
+            warmup=bool(warmup), comm_s=float(comm[0]) if comm else 0.0,
         ))
+
+    def _arrival(self, m: list[Any]) -> None:
+        _, seq, t_arrive, wait, comm, buckets = m
+        self._writer.add_arrival(ArrivalRecord(seq=int(seq), t_arrive=float(t_arrive),
+                                               wait_s=float(wait), comm_s=float(comm),
+                                               buckets=int(buckets)))
+
+    def _identity(self, m: list[Any]) -> None:
+        if self._on_identity is not None and len(m) >= 7:
+            self._on_identity(m)
+
+    def _child_exit(self, m: list[Any]) -> None:
+        if self._on_child_exit is not None:
+            self._on_child_exit(int(m[1]), exit_status(int(m[2]), None)[1])
+
+    def _flush(self, m: list[Any]) -> None:
+        self._writer.flush()  # the pipe has no way back: commit, the child reads what is there
+
+    def _bye(self, m: list[Any]) -> None:
+        self.said_bye = True
 
     def _fact(self, m: list[Any]) -> None:
         key = str(m[1])
         if key.startswith(STAGES_SEQ_PREFIX):  # the child numbers phases; the store has ids
-            key = f"stages.phase.{self._phase_base + int(key[len(STAGES_SEQ_PREFIX):])}"
+            key = f"stages.phase.{self._ids[int(key[len(STAGES_SEQ_PREFIX):])]}"
         self._writer.fact(key, m[2], str(m[3]))
 
     def _note(self, m: list[Any]) -> None:
@@ -234,7 +277,8 @@ class RecordSink:
         if not new:
             return
         self.dataset_files += new
-        self._start_residency()
+        if self._residency_on:
+            self._start_residency()
 
     # -- dataset residency ------------------------------------------------------------------------
     def _start_residency(self) -> None:
@@ -277,6 +321,18 @@ class RecordSink:
             if self.bad_lines:
                 notes.append(f"{self.bad_lines} unreadable lines from the watched process skipped")
             return notes
+
+
+def _counter(start: int) -> Callable[[], int]:
+    lock = threading.Lock()
+    box = [start]
+
+    def next_id() -> int:
+        with lock:
+            box[0] += 1
+            return box[0] - 1
+
+    return next_id
 
 
 def _size(path: Path) -> int:
@@ -428,12 +484,22 @@ def watch(
     writer = RunWriter(run_dir, info)
     notes = _start_facts(writer, no_preallocate)
     cpu0 = time.process_time()
+    phase_ids = _counter(writer.next_phase_id)  # run.db's phases: the command's and rank 0's
+
+    def make_sink(w: RunWriter, tree: Any, primary: bool) -> RecordSink:
+        # A rank reports the exit status of the children it reaps (Lightning's rank 0).
+        return RecordSink(w, tree=tree, interval_s=interval_s,
+                          phase_ids=phase_ids if primary else None, residency=primary,
+                          on_child_exit=lambda pid, code: hub.set_exit(pid, code))
+
+    hub = RankHub(run_dir, writer, make_sink, info, interval_s)
     read_fd, write_fd = os.pipe()
     # The child's loaders (and their workers, forked or spawned) keep stage counters here.
     stages_dir = RunDir(run_dir).stages / "watch"
     with contextlib.suppress(OSError):
         stages_dir.mkdir(parents=True, exist_ok=True)
-    env = child_env(os.environ, write_fd, no_preallocate=no_preallocate, phase_hint=phase_hint)
+    env = child_env(os.environ, write_fd, no_preallocate=no_preallocate, phase_hint=phase_hint,
+                    sock=hub.path, run_dir=run_dir)
     env[STAGES_ENV] = str(stages_dir)
     try:
         proc = subprocess.Popen(
@@ -442,6 +508,7 @@ def watch(
         )
     except OSError as exc:
         os.close(read_fd)
+        hub.finish(time.time(), 0.0)
         writer.note("watch", f"could not start the command: {exc}")
         writer.close("failed", 127)
         raise StepscopeError(f"could not start {argv[0]!r}: {exc}") from exc
@@ -449,12 +516,19 @@ def watch(
         os.close(write_fd)  # only the child (and its forks) may hold the write end
     status, code = "interrupted", 1
     try:
-        status, code, more = _supervise(proc, writer, read_fd, interval_s, on_start)
+        status, code, more = _supervise(proc, writer, read_fd, interval_s, on_start, hub,
+                                        phase_ids)
         notes += more
     finally:
         kill_group(proc.pid)
         with contextlib.suppress(ProcessLookupError, ChildProcessError):
             proc.kill()
+        failed_code, rank_notes = hub.finish(time.time(), DRAIN_TIMEOUT_S)
+        notes += rank_notes
+        if failed_code is not None and failed_code != 0:
+            # The job failed because a rank did: exit with that rank's status, as a single
+            # process that failed so would have.
+            status, code = ("failed" if status == "completed" else status), failed_code
         writer.fact("monitor.cpu_s", time.process_time() - cpu0,
                     "CPU time of the stepscope watch process (samplers, pipe reader, writer)")
         for text in notes:
@@ -466,14 +540,17 @@ def watch(
 
 def _supervise(
     proc: subprocess.Popen[bytes], writer: RunWriter, read_fd: int, interval_s: float,
-    on_start: Callable[[int], None] | None,
+    on_start: Callable[[int], None] | None, hub: RankHub, phase_ids: Callable[[], int],
 ) -> tuple[str, int, list[str]]:
     """Sample and read the child until it exits; returns ``(status, exit_code, notes)``."""
     notes: list[str] = []
     with _SignalForwarder(proc.pid) as forwarder, \
             _samplers(writer, proc.pid, interval_s) as samplers:
         tree = next((s for s in samplers if s.name == "tree"), None)
-        sink = RecordSink(writer, tree=tree, interval_s=interval_s)
+        sink = RecordSink(writer, tree=tree, interval_s=interval_s, phase_ids=phase_ids,
+                          on_identity=lambda m: hub.claim_primary(m, sink),
+                          on_child_exit=hub.set_exit)
+        hub.start()
         reader = threading.Thread(target=read_messages, args=(os.fdopen(read_fd, "rb"), sink),
                                   name="stepscope-watch-pipe", daemon=True)
         reader.start()
@@ -481,11 +558,12 @@ def _supervise(
             on_start(proc.pid)
         returncode = proc.wait()
         t_end = time.time()
+        hub.set_exit(proc.pid, exit_status(returncode, None)[1])
         reader.join(DRAIN_TIMEOUT_S)
         if reader.is_alive():  # a leftover process holds the pipe: end it, then drain
             kill_group(proc.pid)
             reader.join(DRAIN_TIMEOUT_S)
-        notes += sink.finish(t_end)
+        notes += _launcher_notes(sink.finish(t_end), hub)
     status, code = exit_status(returncode, forwarder.forwarded)
     if returncode < 0:
         name = _signal_name(-returncode)
@@ -495,6 +573,13 @@ def _supervise(
         notes.append(f"watch forwarded {_signal_name(forwarder.forwarded)} to the "
                      f"command, which exited with code {code}")
     return status, code, notes
+
+
+def _launcher_notes(notes: list[str], hub: RankHub) -> list[str]:
+    """A launcher (torchrun) records no steps and opens no dataset: its ranks did, say nothing."""
+    if not hub.ranks or any(not r.owns_sink for r in hub.ranks.values()):
+        return notes
+    return [n for n in notes if not n.startswith((NO_STEPS_NOTE, "no dataset files"))]
 
 
 def _signal_name(signum: int) -> str:

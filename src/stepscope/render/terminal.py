@@ -103,6 +103,55 @@ def phase_table(summary: dict[str, Any]) -> Table:
     return t
 
 
+RANK_ROWS_MAX = 16
+
+
+def _rank_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stragglers and failed ranks first, then by rank; at most ``RANK_ROWS_MAX``."""
+    def key(r: dict[str, Any]) -> tuple[bool, bool, int]:
+        return (not r.get("straggler"), r.get("status") not in ("failed", "interrupted"),
+                int(r["rank"]))
+    return sorted(rows, key=key)[:RANK_ROWS_MAX]
+
+
+def rank_table(summary: dict[str, Any]) -> Table | None:
+    """Per rank of a distributed run, grouped by node: how it ended, its step split, how often
+    it arrived last at the gradient all-reduce, and whether the others waited for it."""
+    rows = summary.get("ranks") or []
+    if len(rows) < 2 or "rank" not in rows[0]:
+        return None
+    t = _table("Ranks (training steps, per step)")
+    for name in ("node", "rank", "ended"):
+        t.add_column(name, no_wrap=True)
+    for name in ("step ms", "wait", "comp", "allred", "last"):
+        t.add_column(name, justify="right", no_wrap=True)
+    t.add_column("straggler", min_width=18, overflow="fold")
+    shown = _rank_order(rows)
+    for r in sorted(shown, key=lambda r: (str(r.get("host")), r.get("node_rank") or 0,
+                                          int(r["rank"]))):
+        node = str(r.get("host") or "?") + (f" #{r['node_rank']}"
+                                            if r.get("node_rank") is not None else "")
+        why = ""
+        if r.get("straggler"):
+            why = ", ".join(str(x) for x in (r.get("cause"), r.get("recurrence")) if x) or "yes"
+        t.add_row(node, str(r["rank"]), str(r.get("status") or "—"),
+                  _ms(r.get("step_ms", r.get("wall_ms_per_step"))),
+                  _ms(r.get("data_wait_ms_per_step")), _ms(r.get("compute_ms_per_step")),
+                  _ms(r.get("comm_ms_per_step")), fmt_pct(r.get("arrived_last_frac")),
+                  Text(why, style="bold red" if why else ""))
+    more = len(rows) - len(shown)
+    t.caption = ("ms per step: wait = data wait, comp = forward+backward+optimizer without the "
+                 "all-reduce, allred = gradient all-reduce in flight (includes waiting for others); "
+                 "last = share of all-reduces this rank reached last"
+                 + (f"; {more} more ranks in summary.json" if more > 0 else ""))
+    t.caption_justify = "left"
+    return t
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1f}"
+
+
 def explanation(answers: Iterable[AnswerLike]) -> Group:
     """Answers to "why?" questions, each a bold title over its text."""
     parts: list[RenderableType] = []

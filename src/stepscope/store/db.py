@@ -22,6 +22,7 @@ from typing import Any
 
 from stepscope.errors import StoreError
 from stepscope.store.records import (
+    ArrivalRecord,
     Fact,
     Note,
     PhaseRecord,
@@ -58,6 +59,9 @@ CREATE TABLE IF NOT EXISTS samples (t REAL, source TEXT, metric TEXT, value REAL
 CREATE INDEX IF NOT EXISTS samples_metric ON samples (metric, source, t);
 CREATE TABLE IF NOT EXISTS processes (
     pid INTEGER PRIMARY KEY, ppid INTEGER, role TEXT, name TEXT, first_t REAL, last_t REAL
+);
+CREATE TABLE IF NOT EXISTS arrivals (
+    seq INTEGER PRIMARY KEY, t_arrive REAL, wait_s REAL, comm_s REAL, buckets INTEGER
 );
 CREATE TABLE IF NOT EXISTS notes (t REAL, source TEXT, text TEXT);
 CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value_json TEXT, how_measured TEXT);
@@ -129,6 +133,9 @@ class RunWriter:
 
     def add_samples(self, samples: Iterable[Sample]) -> None:
         self._queue.put(("samples", list(samples)))
+
+    def add_arrival(self, rec: ArrivalRecord) -> None:
+        self._queue.put(("arrival", rec))
 
     def put_phase(self, rec: PhaseRecord) -> None:
         """Insert or update a phase row (call at its start and again at its end)."""
@@ -218,6 +225,10 @@ class RunWriter:
                 "last_t=excluded.last_t, role=excluded.role, name=excluded.name",
                 (pr.pid, pr.ppid, pr.role, pr.name, pr.first_t, pr.last_t),
             )
+        elif kind == "arrival":
+            a: ArrivalRecord = p
+            con.execute("INSERT OR REPLACE INTO arrivals VALUES (?,?,?,?,?)",
+                        (a.seq, a.t_arrive, a.wait_s, a.comm_s, a.buckets))
         elif kind == "note":
             con.execute("INSERT INTO notes VALUES (?,?,?)", (p.t, p.source, p.text))
         elif kind == "fact":
@@ -358,6 +369,47 @@ class RunReader:
             d = dict(zip(_STEP_COLS, r, strict=True))
             d["warmup"] = bool(d["warmup"])
             yield StepRecord(**d)
+
+    def arrivals(self) -> list[ArrivalRecord]:
+        """Gradient all-reduce arrivals in order (empty for stores made before the table)."""
+        try:
+            rows = self._con.execute(
+                "SELECT seq, t_arrive, wait_s, comm_s, buckets FROM arrivals ORDER BY seq"
+            ).fetchall()
+        except sqlite3.OperationalError:  # no such table: an older store
+            return []
+        return [ArrivalRecord(*r) for r in rows]
+
+    def arrival_sample(self, stride: int, last_seq: int) -> list[ArrivalRecord]:
+        """Every ``stride``-th arrival up to ``last_seq`` (a bounded sample for big jobs)."""
+        try:
+            rows = self._con.execute(
+                "SELECT seq, t_arrive, wait_s, comm_s, buckets FROM arrivals "
+                "WHERE seq % ? = 0 AND seq <= ? ORDER BY seq", (max(1, stride), last_seq)
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return []
+        return [ArrivalRecord(*r) for r in rows]
+
+    def last_arrival_seq(self) -> int | None:
+        try:
+            row = self._con.execute("SELECT MAX(seq) FROM arrivals").fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return None if row is None or row[0] is None else int(row[0])
+
+    def train_step_totals(self) -> dict[str, float]:
+        """Sums over the steady (non-warm-up) training steps: ``steps`` and each ``*_s`` part,
+        one aggregate query instead of every row (the per-rank roll-up of big jobs)."""
+        row = self._con.execute(
+            "SELECT COUNT(*), TOTAL(s.wall_s), TOTAL(s.data_wait_s), TOTAL(s.transfer_s), "
+            "TOTAL(s.compute_s), TOTAL(s.comm_s), TOTAL(s.other_s), TOTAL(s.images) "
+            "FROM steps s JOIN phases p ON s.phase_id = p.phase_id "
+            "WHERE p.phase = 'train' AND s.warmup = 0"
+        ).fetchone()
+        keys = ("steps", "wall_s", "data_wait_s", "transfer_s", "compute_s", "comm_s",
+                "other_s", "images")
+        return dict(zip(keys, (float(v or 0.0) for v in row), strict=True))
 
     def processes(self) -> list[ProcessInfo]:
         rows = self._con.execute(

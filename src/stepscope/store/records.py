@@ -74,6 +74,21 @@ class StepRecord:
 
 
 @dataclass
+class ArrivalRecord:
+    """This rank at its ``seq``-th gradient all-reduce (the step's last DDP bucket): when it
+    handed the bucket over (``t_arrive``, Unix), how long it then waited for the all-reduce to
+    complete (``wait_s``), the step's union of all-reduce intervals (``comm_s``) and its bucket
+    count. Collectives run in the same order on every rank, so ``seq`` aligns ranks without
+    trusting their clocks: whoever waits least at a collective arrived last."""
+
+    seq: int
+    t_arrive: float
+    wait_s: float
+    comm_s: float = 0.0
+    buckets: int = 1
+
+
+@dataclass
 class Sample:
     """One sampled value in long format. ``source`` says whose value it is: ``host``, ``cpu3``,
     ``tree``, ``proc:<pid>``, ``disk:<dev>``, ``gpu0``, ``torch``; ``metric`` carries the unit."""

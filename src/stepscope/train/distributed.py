@@ -55,6 +55,7 @@ from stepscope.atomic import atomic_write_bytes
 from stepscope.errors import StepscopeError
 from stepscope.observe.monitor import Monitor
 from stepscope.observe.steps import StepTimer
+from stepscope.store.records import ArrivalRecord
 from stepscope.store.rundir import RunDir, rank_db_name
 from stepscope.train.config import TrainConfig
 from stepscope.train.setup import Setup, resolve_workers, usable_cores
@@ -94,27 +95,46 @@ class CommTimer:
 
     timer: StepTimer
     clock: Callable[[], float] = time.perf_counter
+    on_arrival: Callable[[ArrivalRecord], None] | None = None
     buckets: int = 0
+    seq: int = 0
     _covered_until: float = -math.inf
     _step_key: tuple[int, int] | None = None
     _gpu_pair: tuple[str, Any, Any] | None = None
+    _step_comm_s: float = 0.0
+    _step_buckets: int = 0
+    _unix_offset: float = field(default_factory=lambda: time.time() - time.perf_counter())
 
     def register(self, ddp: DistributedDataParallel) -> None:
         ddp.register_comm_hook(self, timed_allreduce_hook)
 
-    def add_interval(self, t0: float, t1: float, gpu_start: Any) -> None:
+    def add_interval(self, t0: float, t1: float, gpu_start: Any, last: bool = False) -> None:
         step = self.timer.current
         if step is None:
             return
         key = (step.phase_id, step.step)
         if key != self._step_key:
             self._step_key, self._covered_until, self._gpu_pair = key, -math.inf, None
+            self._step_comm_s, self._step_buckets = 0.0, 0
         if gpu_start is not None:
             self._gpu_interval(step.gpu_pairs, gpu_start)
         dt = max(0.0, t1 - max(t0, self._covered_until))
         self._covered_until = max(self._covered_until, t1)
         step.comm_s += dt
         step.compute_s -= dt
+        self._step_comm_s += dt
+        self._step_buckets += 1
+        if last:
+            self._arrived(t0, t1)
+
+    def _arrived(self, t0: float, t1: float) -> None:
+        """The step's last bucket: when this rank handed it over and how long it then waited
+        (``analysis/arrivals.py`` names the rank the others wait for from these)."""
+        if self.on_arrival is not None:
+            self.on_arrival(ArrivalRecord(seq=self.seq, t_arrive=t0 + self._unix_offset,
+                                          wait_s=t1 - t0, comm_s=self._step_comm_s,
+                                          buckets=self._step_buckets))
+        self.seq += 1
 
 
     def _gpu_interval(self, pairs: list[tuple[str, Any, Any]], start: Any) -> None:
@@ -136,6 +156,7 @@ def timed_allreduce_hook(
     """DDP's default all-reduce (average of the bucket over ranks), timed by ``timer``."""
     tensor = bucket.buffer()
     t0 = timer.clock()
+    last = bool(bucket.is_last())
     gpu_start = _cuda_event(tensor)
     # Divide first, as DDP's default hook does, so fp16 sums cannot overflow.
     work = tdist.all_reduce(tensor.div_(tdist.get_world_size()), async_op=True)
@@ -145,7 +166,7 @@ def timed_allreduce_hook(
     def done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
         # gloo: runs on its thread once the reduction is done. NCCL: runs once the work is
         # enqueued; the CUDA events then carry the real duration.
-        timer.add_interval(t0, timer.clock(), gpu_start)
+        timer.add_interval(t0, timer.clock(), gpu_start, last)
         return f.value()[0]
 
     return work.get_future().then(done)
@@ -271,7 +292,8 @@ class Dist:
         # Parameters and buffers are still made identical once, here, from rank 0.
         self.ddp = DistributedDataParallel(s.model, device_ids=device_ids,
                                            forward_sync_buffers=unfrozen)
-        self.comm = CommTimer(mon.timer)
+        self.comm = CommTimer(mon.timer, on_arrival=mon.writer.add_arrival
+                              if mon.writer is not None else None)
         self.comm.register(self.ddp)
         s.ddp = self.ddp
         mon.fact("dist.world_size", self.world_size, "WORLD_SIZE from torchrun")

@@ -3,10 +3,13 @@ first on its PYTHONPATH). It installs post-import hooks for PyTorch, Keras and L
 runs the ``sitecustomize`` this one shadows, if any (on the user's PYTHONPATH or in
 site-packages), so the user's start-up customisation keeps working.
 
-Only the first Python process of the watched command takes the pipe: it removes the watch
-variables and restores the original PYTHONPATH in its own environment, so the processes it
-starts (spawned DataLoader workers, tools it runs) are left exactly as they would be unwatched.
-Nothing here may raise into the user's program: a hook that fails is a note in the run.
+Only the first Python process of the watched command takes the pipe (it removes the fd's
+variable from its environment). The processes it starts keep this directory on PYTHONPATH and
+the parent's socket path: a launcher's workers (torchrun, ``accelerate launch``, Lightning DDP)
+load the same hooks, hold their lines, and speak to the parent over the socket only once they
+join a torch.distributed process group (``stepscope_watch_dist``); every other descendant
+(spawned DataLoader workers, tools) stays silent. Nothing here may raise into the user's
+program: a hook that fails is a note in the run.
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 FD_VAR = "STEPSCOPE_WATCH_FD"
+SOCK_VAR = "STEPSCOPE_WATCH_SOCK"
 PYTHONPATH_VAR = "STEPSCOPE_WATCH_PYTHONPATH"
 
 
 def _restore_environment() -> str | None:
-    """Drop the watch variables and our directory from this process's environment."""
+    """Drop the pipe's variable; without a socket to follow ranks, drop every watch variable
+    and our directory too, so the command's children run exactly as unwatched."""
     fd = os.environ.pop(FD_VAR, None)
+    if os.environ.get(SOCK_VAR):
+        return fd
     original = os.environ.pop(PYTHONPATH_VAR, None)
     if original is not None:
         value = json.loads(original)
@@ -34,8 +41,9 @@ def _restore_environment() -> str | None:
     return fd
 
 
-def _install(fd_text: str) -> None:
+def _install(fd_text: str | None) -> None:
     # Imported now, while this directory is still on sys.path (it leaves it below).
+    import stepscope_watch_dist
     import stepscope_watch_imports as imports
     import stepscope_watch_keras
     import stepscope_watch_lightning
@@ -44,10 +52,11 @@ def _install(fd_text: str) -> None:
     import stepscope_watch_stages as stages
     import stepscope_watch_torch
 
-    fd = int(fd_text)
-    # Exec'd children must not hold the pipe open (the parent reads until every writer exits);
-    # forked ones still inherit it, and the channel keeps them from writing.
-    os.set_inheritable(fd, False)
+    fd = -1 if fd_text is None else int(fd_text)
+    if fd >= 0:
+        # Exec'd children must not hold the pipe open (the parent reads until every writer
+        # exits); forked ones still inherit it, and the channel keeps them from writing.
+        os.set_inheritable(fd, False)
     rec = recorder.create_recorder(fd)
     rec.stages = stages.WatchPhases()
 
@@ -64,6 +73,7 @@ def _install(fd_text: str) -> None:
         loops.append(stepscope_watch_torch.install(module, rec, recorder.count_images,
                                                    stepscope_watch_loop))
         stages.install_torch(module)
+        stepscope_watch_dist.install(module, rec)
 
     def accelerate_hook(module: object) -> None:
         if loops:  # accelerate.data_loader imports torch first
@@ -87,6 +97,7 @@ def _install(fd_text: str) -> None:
         "lightning.pytorch": lightning_hook,
         "pytorch_lightning": lightning_hook,
         "accelerate.data_loader": accelerate_hook,
+        "subprocess": lambda m: stepscope_watch_dist.report_child_exits(m, rec),
         "tensorflow": lambda m: imported("tensorflow"),
         "jax": lambda m: imported("jax"),
         # Loader stages inside the training process and its forked workers.
@@ -112,7 +123,7 @@ def _chain() -> None:
 
 def _main() -> None:
     fd = _restore_environment()
-    if fd is not None:
+    if fd is not None or os.environ.get(SOCK_VAR):
         try:
             _install(fd)
         except Exception as exc:  # watching must never stop the program from running

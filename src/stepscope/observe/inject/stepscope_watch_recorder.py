@@ -43,12 +43,19 @@ FLUSH_EVERY_S = 0.5
 FLUSH_LINES = 512
 PERIODIC_EVERY_S = 1.0
 MAX_DATASET_FILES = 500_000
+MAX_PENDING_LINES = 20_000  # what a not-yet-claimed process keeps (its start: hello, imports)
 # One encoder for every line: json.dumps with non-default options builds a new one per call.
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 class Channel:
-    """Buffered JSON-lines writer to the parent's pipe; silently stops if the parent is gone."""
+    """Buffered JSON-lines writer to the parent; silently stops if the parent is gone.
+
+    ``fd`` is the inherited pipe (the command's first Python process), or -1 for a process
+    started further down the tree (a launcher's worker): that one holds its lines until it proves
+    to be a training rank (:meth:`attach`, when it joins a process group) and, if it never does,
+    drops them, so launchers' helpers and spawned DataLoader workers stay silent.
+    """
 
     def __init__(self, fd: int, clock: Callable[[], float] = time.perf_counter) -> None:
         self._fd = fd
@@ -57,11 +64,31 @@ class Channel:
         self._last_flush = clock()
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._sock: Any = None
         self.broken = False
+
+    @property
+    def pending(self) -> bool:
+        return self._fd < 0
+
+    @property
+    def socket(self) -> Any:
+        """The socket to the parent (None on the pipe): it also carries the parent's answers."""
+        return self._sock
+
+    def attach(self, sock: Any, first: list[Any]) -> None:
+        """Start talking over ``sock`` (a connected socket), ``first`` ahead of what waited."""
+        with self._lock:
+            self._sock = sock  # kept: the fd lives as long as the socket object
+            self._fd = sock.fileno()
+            self._lines.insert(0, _encode(first))
+        self.flush()
 
     def send(self, msg: list[Any], *, urgent: bool = False) -> None:
         line = _encode(msg)
         with self._lock:
+            if self.pending and len(self._lines) >= MAX_PENDING_LINES:
+                return  # not a rank (yet): keep the start, drop the rest
             self._lines.append(line)
             due = (urgent or len(self._lines) >= FLUSH_LINES
                    or self._clock() - self._last_flush >= FLUSH_EVERY_S)
@@ -71,7 +98,7 @@ class Channel:
     def flush(self) -> None:
         # A forked process (a DataLoader worker) inherits the buffer and the fd; only the process
         # that opened the channel may write, or lines would arrive twice.
-        if os.getpid() != self._pid:
+        if os.getpid() != self._pid or self.pending:
             return
         with self._lock:
             lines, self._lines = self._lines, []
@@ -101,12 +128,13 @@ class PhaseState:
 class OpenStep:
     """The step being timed; times are ``perf_counter`` readings."""
 
-    __slots__ = ("images", "phase", "t_batch", "t_opt", "t_start", "transfer_at_opt_s",
-                 "transfer_s")
+    __slots__ = ("comm_s", "images", "phase", "t_batch", "t_opt", "t_start",
+                 "transfer_at_opt_s", "transfer_s")
 
     def __init__(self, phase: PhaseState, t_start: float, t_batch: float, images: int) -> None:
         self.phase, self.t_start, self.t_batch, self.images = phase, t_start, t_batch, images
         self.transfer_s = 0.0
+        self.comm_s = 0.0  # gradient all-reduce in flight (DDP, see stepscope_watch_dist)
         self.t_opt: float | None = None
         self.transfer_at_opt_s = 0.0
 
@@ -235,11 +263,12 @@ class Recorder:
         else:
             compute = max(wall - wait - s.transfer_s, 0.0)
         other = max(wall - wait - s.transfer_s - compute, 0.0)
+        comm = min(s.comm_s, compute)  # taken out of compute, as `stepscope train` does
         index = ph.steps
         ph.steps += 1
         ph.images += s.images
-        self.send(["S", ph.seq, index, self.unix(s.t_start), wall, wait, s.transfer_s, compute,
-                   other, s.images, index < ph.warm])
+        self.send(["S", ph.seq, index, self.unix(s.t_start), wall, wait, s.transfer_s,
+                   compute - comm, other, s.images, index < ph.warm, comm])
         self.tick(t)
 
     def tick(self, t: float) -> None:
@@ -256,6 +285,12 @@ class Recorder:
     def add_transfer(self, dt: float) -> None:
         if self.step is not None:
             self.step.transfer_s += dt
+
+    def add_comm(self, dt: float) -> None:
+        """All-reduce time of the open step (called on the process group's thread)."""
+        s = self.step
+        if s is not None:
+            s.comm_s += dt
 
     def optimizer_stepped(self, t: float) -> None:
         s = self.step
@@ -336,6 +371,9 @@ class Recorder:
                 self.note("watch", f"closing the loop failed: {type(exc).__name__}: {exc}")
         for ph in list(self.open_phases):
             self.end_phase(ph, t)
+        # An orderly exit (normal end, sys.exit, an uncaught exception): the parent tells it
+        # from a process killed by a signal, which never gets here.
+        self.send(["B"])
         self.channel.flush()
 
 
