@@ -28,6 +28,7 @@ import contextlib
 import math
 import os
 import socket
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -258,7 +259,12 @@ class ArrivalTimer:
         if not last:
             return
         rec = self.rec
-        rec.add_comm(self.comm_s)
+        # Plain loops are timed by the loop tracker, framework loops by the recorder.
+        tracker = getattr(sys.modules.get("stepscope_watch_loop"), "ACTIVE", None)
+        if tracker is not None and tracker.cur is not None:
+            tracker.add_comm(self.comm_s)
+        else:
+            rec.add_comm(self.comm_s)
         rec.send(["A", self.seq, rec.unix(t0), t1 - t0, self.comm_s, self.buckets])
         self.seq += 1
         self.buckets, self.comm_s, self._covered_until = 0, 0.0, -math.inf

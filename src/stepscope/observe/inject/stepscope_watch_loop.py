@@ -68,7 +68,8 @@ class IterState:
 class LoopStep:
     """The step being assembled from iterator and body events."""
 
-    __slots__ = ("asking", "body", "copies", "ev_batch", "ev_req", "ev_work", "forced", "images",
+    __slots__ = ("asking", "body", "comm_s", "copies", "ev_batch", "ev_req", "ev_work", "forced",
+                 "images",
                  "lead", "members", "mode_kind", "stopped_loader", "t_batch", "t_start",
                  "t_work", "trained", "transfer_at_work_s", "transfer_s", "wait_s")
 
@@ -76,6 +77,7 @@ class LoopStep:
         self.lead, self.t_start = lead, t_start
         self.members: list[IterState] = []
         self.wait_s = self.transfer_s = self.transfer_at_work_s = 0.0
+        self.comm_s = 0.0  # gradient all-reduce in flight (DDP, stepscope_watch_dist)
         self.t_batch: float | None = None
         self.t_work: float | None = None
         self.asking: tuple[IterState, float] | None = None
@@ -192,6 +194,12 @@ class LoopTracker:
         s = self.cur
         return s is not None and s.t_batch is not None and s.asking is None
 
+    def add_comm(self, dt: float) -> None:
+        """All-reduce time of the open step (called on the process group's thread)."""
+        s = self.cur
+        if s is not None:
+            s.comm_s += dt
+
     def transfer(self, dt: float, events: tuple[Any, Any] | None) -> None:
         s = self.cur
         if s is None or s.t_batch is None or s.asking is not None:
@@ -248,11 +256,12 @@ class LoopTracker:
         transfer = min(s.transfer_s, wall - wait)
         compute = min(compute, wall - wait - transfer)
         other = max(wall - wait - transfer - compute, 0.0)
+        comm = min(s.comm_s, compute)  # taken out of compute, as `stepscope train` does
         index = ph.steps
         ph.steps += 1
         ph.images += s.images
-        msg = ["S", ph.seq, index, self.rec.unix(s.t_start), wall, wait, transfer, compute, other,
-               s.images, index < ph.warm]
+        msg = ["S", ph.seq, index, self.rec.unix(s.t_start), wall, wait, transfer, compute - comm,
+               other, s.images, index < ph.warm, comm]
         if s.ev_req is not None and s.ev_batch is not None and ev_end is not None:
             self.pending.append((msg, ev_end, s, ph))
             self.resolve(block=False)
@@ -298,7 +307,8 @@ def gpu_split(msg: list[Any], s: LoopStep, ev_end: Any) -> list[Any]:
     work_end = s.ev_work if s.trained and s.ev_work is not None else ev_end
     compute = min(max(span(s.ev_batch, work_end) - copy, 0.0), wall - wait - copy)
     other = max(wall - wait - copy - compute, 0.0)
-    return [*msg[:5], wait, copy, compute, other, *msg[9:]]
+    comm = min(float(msg[11]), compute) if len(msg) > 11 else 0.0
+    return [*msg[:5], wait, copy, compute - comm, other, *msg[9:11], comm]
 
 
 def _sync(event: Any) -> None:
