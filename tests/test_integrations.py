@@ -64,6 +64,45 @@ def test_hf_callback(tmp_path: Path) -> None:
     _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:hf")
 
 
+def _has(module: str) -> bool:
+    # find_spec, not import: TensorFlow/JAX must not be imported into this (torch) process.
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_keras_callback_input_bound(backend: str, tmp_path: Path) -> None:
+    """A PyDataset whose __getitem__ sleeps 100 ms per image, against a tiny model: on every
+    backend the wait is measured where the batch is fetched (inside the compiled train function
+    on TensorFlow and JAX), so every train phase is input-bound."""
+    if not (_has("keras") and _has(backend)):
+        pytest.skip(f"keras or {backend} not installed")
+    # One compute thread: on a busy 2-core machine torch's spinning threads make a tiny model's
+    # step ten times slower; the planted wait must stay the larger part whatever the load.
+    summary = _run_example("keras_callback.py", tmp_path / "run", "--epochs", "2", "--images",
+                           "64", "--load-ms", "100",
+                           env=_env(KERAS_BACKEND=backend, OMP_NUM_THREADS="1"))
+    _check_input_bound(summary, epochs=2, steps=8, images=64, kind="callback:keras")
+
+
+@pytest.mark.slow
+def test_keras_callback_compute_bound_on_tensorflow(tmp_path: Path) -> None:
+    """In-memory arrays and two 96-filter convolutions: nothing to wait for, compute-bound
+    (the callback gaps alone would not tell: the batch is fetched inside the train function)."""
+    if not (_has("keras") and _has("tensorflow")):
+        pytest.skip("keras or tensorflow not installed")
+    summary = _run_example("keras_callback.py", tmp_path / "run", "--epochs", "2", "--images",
+                           "64", "--arrays", env=_env(KERAS_BACKEND="tensorflow"))
+    train = [p for p in summary["phases"] if p["phase"] == "train"]
+    assert len(train) == 2
+    for p in train:
+        assert p["steps"] == 8 and p["images"] == 64
+        assert p["verdict"] == "compute-bound", p
+        assert p["compute_frac"] > 0.8, p
+
+
 _BLOCKED = """
 import sys
 for name in ("torch", "tensorflow", "jax", "keras", "lightning", "pytorch_lightning",
