@@ -32,7 +32,7 @@ def test_cpu_ledger_adds_up_and_names_each_worker(tmp_path: Path) -> None:
     _adds_up(mem)
     items = {i["item"]: i["bytes"] for i in mem["ledger"]}
     assert items["weights"] == 14_000_000
-    assert items["activations at peak"] == 180_000_000
+    assert items["saved for backward"] == 180_000_000
     assert items["framework/runtime baseline"] == 1_100_000_000
     assert items["shared memory for batches"] == 30_000_000
     workers = [k for k in items if k.startswith("DataLoader worker")]
@@ -55,11 +55,28 @@ def test_gpu_ledger_with_torch_allocator_adds_up(tmp_path: Path) -> None:
     assert items["CUDA context"] == 400_000_000
     assert items["cached but free"] == 800_000_000
     named = sum(items[k] for k in ("weights", "gradients", "optimizer state",
-                                   "activations at peak", "input batch"))
+                                   "saved for backward", "input batch"))
     assert items["other tensors at the allocation peak"] == 1_200_000_000 - named
     assert mem["unattributed_bytes"] == 100_000_000  # outside context + reserved
     assert mem["unattributed_frac"] <= 0.05
     assert mem["preallocated_pool"] is None
+
+
+def test_gpu_run_host_ledger_leaves_device_tensors_to_the_gpu_ledger(tmp_path: Path) -> None:
+    facts = dict(CPU_FACTS, **{"mem.cuda_context_bytes": 400_000_000,
+                               "mem.activations_peak_bytes": 900_000_000,
+                               "mem.cuda_step_peak_bytes": 1_000_000_000})
+    run = RunSpec([PhaseSpec(1, gpu_util_pct=80)], facts=facts, device="cuda:0",
+                  gpu_proc_used_bytes=2.5e9, torch_reserved_bytes=2.0e9,
+                  torch_max_allocated_bytes=1.2e9)
+    s = _summary(tmp_path, run)
+    host = {i["item"] for i in s["host_memory"]["ledger"]}
+    assert not host & {"weights", "gradients", "optimizer state", "saved for backward"}
+    gpu = {i["item"]: i["bytes"] for i in s["memory"]["ledger"]}
+    assert gpu["weights"] == 14_000_000
+    left = gpu["saved for backward"] + gpu["gradients"] + gpu["optimizer state"]
+    assert gpu["forward transient peak"] == 1_000_000_000 - left
+    _adds_up(s["memory"])
 
 
 def test_gpu_ledger_names_a_tensorflow_preallocated_pool(tmp_path: Path) -> None:

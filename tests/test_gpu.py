@@ -135,3 +135,26 @@ def test_torch_allocator_never_initialises_cuda() -> None:
     assert torch.cuda.is_initialized() == was
     if not was:
         assert samples == []
+
+
+def test_identities_name_each_nvml_device() -> None:
+    nv, notes = _fake_pynvml(), []
+    nv.__dict__.update(nvmlDeviceGetUUID=lambda h: b"GPU-aaaa1111",
+                       nvmlDeviceGetPciInfo=lambda h: SimpleNamespace(busId=b"00000000:3B:00.0"))
+    ids = _sampler(nv, notes, set()).identities()
+    assert ids["gpu0.uuid"][0] == "GPU-aaaa1111"
+    assert ids["gpu0.pci_bus_id"][0] == "00000000:3B:00.0"
+
+
+def test_torch_identity_facts_match_nvml_forms() -> None:
+    from stepscope.analysis.gpu_identity import resolve_nvml_index
+    from stepscope.observe.gpu import torch_device_identity
+
+    props = SimpleNamespace(uuid="aaaa1111", pci_bus_id=0x3B, pci_domain_id=0, pci_device_id=0)
+    fake_torch = SimpleNamespace(cuda=SimpleNamespace(get_device_properties=lambda i: props))
+    facts = {k: v for k, (v, _) in torch_device_identity(fake_torch, 0).items()}
+    facts.update({"gpu0.uuid": "GPU-ffff", "gpu1.uuid": "GPU-aaaa1111"})
+    assert resolve_nvml_index(0, facts) == (1, "UUID")
+    del facts["torch.cuda0.uuid"]
+    facts["gpu1.pci_bus_id"] = "00000000:3B:00.0"
+    assert resolve_nvml_index(0, facts) == (1, "PCI bus id")

@@ -2,9 +2,10 @@
 
 CPU runs: the total is the training process's RSS at its peak plus each DataLoader worker's USS
 at that moment (USS, not RSS: forked workers share the parent's pages, and RSS would count those
-twice). Items are the measured facts (weights, gradients, optimizer state, activations at peak,
-input batch, the framework's baseline, pinned memory), the batches in flight in ``/dev/shm``
-(host Shmem growth since the start) and every worker's USS; the rest is shown as unattributed.
+twice). Items are the measured facts (weights, gradients, optimizer state, saved for backward,
+forward transient peak, input batch, the framework's baseline, pinned memory), the batches in
+flight in ``/dev/shm`` (host Shmem growth since the start) and every worker's USS; the rest is
+shown as unattributed. On a GPU run the host ledger leaves out the device-resident tensors.
 
 GPU runs: the total is NVML's per-process used memory at its peak = CUDA context + PyTorch's
 allocator reserved memory + memory outside torch. Inside the allocator: the named tensors, the
@@ -34,7 +35,11 @@ _NAMED_ITEMS = (
     ("mem.weights_bytes", "weights", "parameters + buffers"),
     ("mem.gradients_bytes", "gradients", ".grad of trainable parameters"),
     ("mem.optimizer_bytes", "optimizer state", "optimizer state tensors after the first step"),
-    ("mem.activations_peak_bytes", "activations at peak", "tensors saved for backward at the peak"),
+    ("mem.activations_peak_bytes", "saved for backward",
+     "tensors autograd saved for backward in the first training forward"),
+    ("mem.forward_transient_bytes", "forward transient peak",
+     "first training step's peak above its start − saved for backward − gradients − optimizer "
+     "state"),
     ("mem.input_batch_bytes", "input batch", "one input batch as it reaches the model"),
     ("mem.model_objects_bytes", "model objects beyond the weights",
      "RSS growth from the framework import to fit(), minus the weights"),
@@ -43,6 +48,9 @@ _NAMED_ITEMS = (
 )
 
 _NAMED_NAMES = {name for _, name, _ in _NAMED_ITEMS}
+# On a GPU run these live in device memory: the host ledger must not subtract them from RSS.
+DEVICE_RESIDENT = {"mem.weights_bytes", "mem.gradients_bytes", "mem.optimizer_bytes",
+                   "mem.activations_peak_bytes", "mem.forward_transient_bytes"}
 
 POOL_FIXES = {
     "tensorflow": "set TF_FORCE_GPU_ALLOW_GROWTH=true (or tf.config.experimental."
@@ -67,9 +75,12 @@ def _item(item: str, n: float, how: str) -> dict[str, Any]:
     return {"item": item, "bytes": int(n), "how_measured": how}
 
 
-def _named_items(facts: dict[str, Fact]) -> list[dict[str, Any]]:
+def _named_items(facts: dict[str, Fact], *, host_of_gpu_run: bool = False
+                 ) -> list[dict[str, Any]]:
     out = []
     for key, name, default_how in _NAMED_ITEMS:
+        if host_of_gpu_run and key in DEVICE_RESIDENT:
+            continue
         n = _fact_int(facts, key)
         if n is not None:
             out.append(_item(name, n, facts[key].how_measured or default_how))
@@ -121,8 +132,9 @@ def _host_peak(cache: SampleCache, main_pid: int | None, workers: list[ProcessIn
 
 
 def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[ProcessInfo],
-                facts: dict[str, Fact]) -> dict[str, Any]:
-    """The CPU-side ledger (see module doc)."""
+                facts: dict[str, Fact], *, gpu_run: bool = False) -> dict[str, Any]:
+    """The CPU-side ledger (see module doc); on a GPU run the device-resident tensors (weights,
+    gradients, optimizer state, activations) are left to the GPU ledger."""
     workers = [p for p in processes if p.role == "worker"]
     peak = _host_peak(cache, main_pid, workers)
     notes: list[str] = []
@@ -131,14 +143,15 @@ def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[Proces
         notes.append("no per-process memory samples: total is the process tree's RSS (shared "
                      "pages counted once per process)" if tree else "no process memory recorded")
         total = None if tree is None else int(tree)
-        return _close(total, _named_items(facts), "cpu", notes, HOST_UNATTRIBUTED_TARGET_FRAC)
+        return _close(total, _named_items(facts, host_of_gpu_run=gpu_run), "cpu", notes,
+                      HOST_UNATTRIBUTED_TARGET_FRAC)
     t_peak, main_rss, worker_uss = peak
     items = []
     base = _fact_int(facts, "mem.runtime_baseline_bytes")
     if base is not None:
         items.append(_item("framework/runtime baseline", base, facts["mem.runtime_baseline_bytes"]
                            .how_measured or "process memory after importing the framework"))
-    items += _named_items(facts)
+    items += _named_items(facts, host_of_gpu_run=gpu_run)
     pinned = _fact_int(facts, "mem.pinned_bytes")
     if pinned:
         items.append(_item("pinned memory", pinned, facts["mem.pinned_bytes"].how_measured
@@ -231,7 +244,15 @@ def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fa
 
 def _allocator_items(cache: SampleCache, src: str, reserved: float,
                      facts: dict[str, Fact]) -> list[dict[str, Any]]:
-    named = _named_items(facts)
+    named = [i for i in _named_items(facts) if i["item"] != "forward transient peak"]
+    step_peak = _fact_int(facts, "mem.cuda_step_peak_bytes")
+    if step_peak is not None:
+        # The step's allocator peak above its start, less what the step leaves allocated.
+        left = sum(i["bytes"] for i in named
+                   if i["item"] in ("saved for backward", "gradients", "optimizer state"))
+        named.append(_item("forward transient peak", max(step_peak - left, 0),
+                           "first training step's allocator peak (max_memory_allocated) above its "
+                           "start − saved for backward − gradients − optimizer state"))
     named_sum = sum(i["bytes"] for i in named)
     max_alloc = cache.get(src, "max_allocated_bytes").max()
     if max_alloc is None:

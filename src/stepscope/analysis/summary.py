@@ -16,6 +16,7 @@ from typing import Any
 
 from stepscope.analysis.capacity import job_cores
 from stepscope.analysis.findings import build_findings
+from stepscope.analysis.gpu_identity import resolve_nvml_index
 from stepscope.analysis.memory import footprint_line, gpu_ledger, host_ledger
 from stepscope.analysis.phases import (
     PhaseContext,
@@ -43,11 +44,17 @@ def _fact(facts: dict[str, Fact], key: str) -> Any:
     return None if f is None else f.value
 
 
-def _gpu_index(device: str, cache: SampleCache, pids: set[int]) -> int | None:
-    """The GPU the run used: from ``cuda:N``, else the first GPU holding one of its processes."""
+def _gpu_index(device: str, cache: SampleCache, pids: set[int],
+               facts: dict[str, Fact] | None = None) -> int | None:
+    """The NVML index of the GPU the run used: ``cuda:N`` mapped by UUID / PCI bus id /
+    ``CUDA_VISIBLE_DEVICES`` (analysis/gpu_identity.py), else the first GPU holding one of its
+    processes."""
     m = re.match(r"(?:cuda|gpu)(?::(\d+))?", device or "")
     if m:
-        return int(m.group(1) or 0)
+        n = int(m.group(1) or 0)
+        if not device.startswith("cuda"):
+            return n
+        return resolve_nvml_index(n, {k: f.value for k, f in (facts or {}).items()})[0]
     for src in cache.sources("mem_used_bytes"):
         pm = re.fullmatch(r"gpu(\d+):proc:(\d+)", src)
         if pm and int(pm.group(2)) in pids and (cache.get(src, "mem_used_bytes").max() or 0) > 0:
@@ -245,7 +252,7 @@ def _facts_sections(facts: dict[str, Fact], cache: SampleCache, cores: float | N
 def _memory(cache: SampleCache, reader: RunReader, main_pid: int | None, gpu: int | None,
             facts: dict[str, Fact], is_gpu_run: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
     processes = reader.processes()
-    host = host_ledger(cache, main_pid, processes, facts)
+    host = host_ledger(cache, main_pid, processes, facts, gpu_run=is_gpu_run and gpu is not None)
     if not is_gpu_run or gpu is None:
         device, host_extra = host, None
     else:
@@ -272,7 +279,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     cache = SampleCache(reader)
     main_pid, own = own_processes(reader)  # a watched rank: its process, not the launcher
     pids = {p.pid for p in reader.processes()} | ({main_pid} if main_pid else set())
-    gpu = _gpu_index(run.device, cache, pids)
+    gpu = _gpu_index(run.device, cache, pids, facts)
     is_gpu_run = gpu is not None
     ctx = PhaseContext(cache=cache, processes=own, main_pid=main_pid,
                        gpu_index=gpu, stages=_stage_facts(facts), cores=_job_cores(facts, cache),

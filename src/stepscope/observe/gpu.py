@@ -125,6 +125,22 @@ class GpuSampler:
         self.handles = [self.nvml.call("gpu", "nvmlDeviceGetHandleByIndex", i) for i in range(count)]
         self._pid_mismatch_noted = False
 
+    def identities(self) -> dict[str, tuple[object, str]]:
+        """Facts naming each NVML device (``gpu<N>.uuid``, ``gpu<N>.pci_bus_id``): what maps a
+        run's ``cuda:N`` to NVML's index (analysis/gpu_identity.py)."""
+        out: dict[str, tuple[object, str]] = {}
+        for index, h in enumerate(self.handles):
+            if h is None:
+                continue
+            uuid = self.nvml.call(f"gpu{index}", "nvmlDeviceGetUUID", h)
+            if uuid is not None:
+                out[f"gpu{index}.uuid"] = (_text(uuid), "nvmlDeviceGetUUID")
+            pci = self.nvml.call(f"gpu{index}", "nvmlDeviceGetPciInfo", h)
+            bus = getattr(pci, "busId", None)
+            if bus is not None:
+                out[f"gpu{index}.pci_bus_id"] = (_text(bus), "nvmlDeviceGetPciInfo busId")
+        return out
+
     def sample(self, now: float) -> list[Sample]:
         """NVML device and per-process figures, then torch allocator figures if CUDA is live."""
         out: list[Sample] = []
@@ -173,6 +189,25 @@ class GpuSampler:
 
     def close(self) -> None:
         self.nvml.shutdown()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def torch_device_identity(torch: Any, index: int) -> dict[str, tuple[object, str]]:
+    """Facts naming torch's ``cuda:<index>`` (UUID, PCI bus id) for the NVML mapping."""
+    props = torch.cuda.get_device_properties(index)
+    out: dict[str, tuple[object, str]] = {}
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        out[f"torch.cuda{index}.uuid"] = (str(uuid), "torch.cuda.get_device_properties().uuid")
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is not None:
+        domain, device = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+        out[f"torch.cuda{index}.pci_bus_id"] = (f"{domain:08x}:{bus:02x}:{device:02x}.0",
+                                                "torch.cuda.get_device_properties() pci ids")
+    return out
 
 
 def torch_allocator_samples(now: float) -> list[Sample]:

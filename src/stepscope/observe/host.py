@@ -250,4 +250,7 @@ def env_facts(*, proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> Mapping[
             "cgroup cpu.cfs_quota_us/cpu.cfs_period_us (v1) or cpu.max (v2), tightest ancestor; "
             "null = no quota",
         ),
+        # cuda:N counts the devices this mask leaves, not NVML's gpuN (analysis/gpu_identity.py)
+        "env.cuda_visible_devices": (os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                     "CUDA_VISIBLE_DEVICES of the recording process"),
     }

@@ -207,6 +207,9 @@ class Monitor(AbstractContextManager["Monitor"]):
             dataset_files=self._dataset_files,
             note=self.writer.note,
         ) if self._sample else []
+        for s in samplers:
+            for key, (value, how) in getattr(s, "identities", dict)().items():
+                self.writer.fact(key, value, how)
         if not self._host_samplers:
             # Another process on this host (e.g. local rank 0 under torchrun) samples the
             # machine; this one keeps only its own process tree, which also gives the phases

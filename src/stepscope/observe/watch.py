@@ -421,6 +421,9 @@ def _samplers(writer: RunWriter, pid: int, interval_s: float) -> Iterator[list[S
             writer.note(source, text)
 
     samplers = create_samplers(root_pid=pid, note=note)
+    for s in samplers:
+        for key, (value, how) in getattr(s, "identities", dict)().items():
+            writer.fact(key, value, how)
     thread = SamplerThread(samplers, writer, interval_s=interval_s)
     thread.start()
     try:

@@ -4,8 +4,14 @@ What each figure includes:
 - weights: every parameter and buffer of the model, as allocated.
 - gradients: ``.grad`` of the trainable parameters after the first backward.
 - optimizer: the optimizer's state tensors after its first step (Adam keeps two per parameter).
-- activations: tensors autograd saved for backward during the first training forward, counted
-  once per storage (a frozen trunk under ``no_grad`` saves none; only the head's input remains).
+- saved for backward: tensors autograd saved for backward during the first training forward,
+  counted once per storage (a frozen trunk under ``no_grad`` saves none; only the head's input
+  remains). This is not the forward's peak: the trunk's activations live only while the next
+  layer computes, and are freed before backward.
+- forward transient peak: the first training step's peak above what was resident when its
+  batch arrived (VmHWM, reset through ``/proc/self/clear_refs`` at that moment), minus what the
+  step leaves allocated (saved for backward, gradients, optimizer state): the largest
+  activations and workspaces alive at once. CUDA: the allocator's peak over the same step.
 - input batch: the uint8 batch as it reaches the model plus its float32 normalised copy.
 - runtime baseline: this process's resident memory after importing the framework, before the
   model exists (libraries, thread pools, interpreter).
@@ -21,6 +27,7 @@ from typing import Any
 
 import torch
 
+from stepscope.observe.gpu import torch_device_identity
 from stepscope.observe.monitor import Monitor
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -45,6 +52,8 @@ class MemoryProbe:
         self.mon, self.model, self.device, self.name = mon, model, device, name
         self._step_done = False
         self._after_done = False
+        self._rss_before: int | None = None
+        self._saved_bytes = 0
 
     def record_static(self, files: Sequence[Path], baseline_bytes: int, *, workers: int) -> None:
         mon, model = self.mon, self.model
@@ -64,6 +73,10 @@ class MemoryProbe:
         mon.fact("loader.workers", workers, "DataLoader num_workers")
         mon.fact("mem.framework", "torch", "")
         mon.fact("env.device", str(self.device), "")
+        if self.device.type == "cuda":
+            index = self.device.index if self.device.index is not None else 0
+            for key, (value, how) in torch_device_identity(torch, index).items():
+                mon.fact(key, value, how)
 
     def record_precision(self, *, bf16: bool, bf16_supported: bool, channels_last: bool) -> None:
         self.mon.fact("train.precision", "bf16" if bf16 else "fp32", "autocast dtype of the trunk")
@@ -87,10 +100,13 @@ class MemoryProbe:
         self.mon.fact("mem.input_batch_bytes", x.numel() * x.element_size() + x.numel() * 4,
                       "uint8 batch + its float32 normalised copy")
         peak_before = _cuda_peak_reset(self.device)
+        self._rss_before = reset_peak_rss()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             yield
-        self.mon.fact("mem.activations_peak_bytes", sum(seen.values()),
-                      "storages saved for backward in the first training forward (saved-tensor hooks)")
+        self._saved_bytes = sum(seen.values())
+        self.mon.fact("mem.activations_peak_bytes", self._saved_bytes,
+                      "saved for backward: storages autograd saved in the first training forward "
+                      "(saved-tensor hooks)")
         if peak_before is not None:
             peak = torch.cuda.max_memory_allocated(self.device) - peak_before
             self.mon.fact("mem.cuda_step_peak_bytes", peak,
@@ -104,12 +120,47 @@ class MemoryProbe:
         grads = tensor_bytes(p.grad for p in self.model.parameters() if p.grad is not None)
         self.mon.fact("mem.gradients_bytes", grads, ".grad of trainable parameters")
         state = [v for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
-        self.mon.fact("mem.optimizer_bytes", tensor_bytes(state),
+        state_bytes = tensor_bytes(state)
+        self.mon.fact("mem.optimizer_bytes", state_bytes,
                       f"{type(optimizer).__name__} state tensors after its first step")
+        hwm = status_bytes("VmHWM")
+        if self.device.type == "cpu" and hwm is not None and self._rss_before is not None:
+            rise = max(hwm - self._rss_before, 0)
+            self.mon.fact("mem.step_peak_rise_bytes", rise,
+                          "VmHWM during the first training step − VmRSS at its batch's arrival "
+                          "(peak reset through /proc/self/clear_refs)")
+            self.mon.fact("mem.forward_transient_bytes",
+                          max(rise - self._saved_bytes - grads - state_bytes, 0),
+                          "first training step's VmHWM rise − saved for backward − gradients − "
+                          "optimizer state (VmHWM reset through /proc/self/clear_refs)")
         if self.device.type == "cuda":
             stats = torch.cuda.host_memory_stats()
             self.mon.fact("mem.pinned_bytes", stats.get("reserved_bytes.current", 0),
                           "torch.cuda.host_memory_stats reserved (pinned host memory)")
+
+
+def reset_peak_rss() -> int | None:
+    """Reset this process's VmHWM to its current RSS; return that RSS (None where unsupported).
+
+    Writing ``5`` to ``/proc/self/clear_refs`` resets the peak resident set size (Linux ≥ 4.0),
+    so VmHWM read later is the peak *since now*, not since the process started.
+    """
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+    return status_bytes("VmRSS")
+
+
+def status_bytes(key: str) -> int | None:
+    """A ``kB`` figure of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in bytes."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _size(path: Path) -> int:

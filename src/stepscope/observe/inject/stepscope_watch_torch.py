@@ -388,9 +388,27 @@ def _ledger_facts(opt: Any, rec: Recorder) -> None:
     rec.channel.flush()
 
 
+def _cuda_identity(torch: ModuleType, rec: Recorder) -> None:
+    """UUID and PCI bus id of each visible device: cuda:N is NVML's gpuN only by luck
+    (CUDA_VISIBLE_DEVICES, CUDA's fastest-first order); the analysis maps by these."""
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        uuid = getattr(props, "uuid", None)
+        if uuid is not None:
+            rec.fact(f"torch.cuda{index}.uuid", str(uuid),
+                     "watch: torch.cuda.get_device_properties().uuid")
+        bus = getattr(props, "pci_bus_id", None)
+        if bus is not None:
+            domain, device = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+            rec.fact(f"torch.cuda{index}.pci_bus_id", f"{domain:08x}:{bus:02x}:{device:02x}.0",
+                     "watch: torch.cuda.get_device_properties() pci ids")
+
+
 def _cuda_memory(torch: ModuleType, rec: Recorder) -> None:
     if not torch.cuda.is_initialized():
         return
+    if rec.once("cuda-identity"):
+        _cuda_identity(torch, rec)
     t = rec.unix(rec.clock())
     for index in range(torch.cuda.device_count()):
         stats = torch.cuda.memory_stats(index)
