@@ -116,3 +116,14 @@ def test_missing_memory_samples_give_an_unknown_total_with_a_note(tmp_path: Path
 def test_footprint_line() -> None:
     assert footprint_line(549_000_000, 6_500_000_000) == "549 MB model, 6.5 GB used"
     assert footprint_line(None, 1) is None
+
+
+def test_gpu_busy_phase_is_not_called_input_bound(tmp_path: Path) -> None:
+    # The CPU waited 70 % of each step, but NVML saw kernels 95 % of the time: the wait
+    # overlapped queued GPU work (analysis/verdicts.gpu_cross_check).
+    run = RunSpec([PhaseSpec(1, data_wait_s=0.18, compute_s=0.07, gpu_util_pct=95)],
+                  device="cuda:0", gpu_proc_used_bytes=2.5e9)
+    s = _summary(tmp_path, run)
+    assert s["phases"][0]["verdict"] == "compute-bound"
+    assert s["by_phase"]["train"]["verdict"] == "compute-bound"
+    assert "95 %" in s["by_phase"]["train"]["verdict_note"]

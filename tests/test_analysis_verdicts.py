@@ -97,3 +97,13 @@ def test_not_saturated_rests_on_worker_samples() -> None:
     assert sampled.evidence[0] == "3 workers, not saturated"
     unsampled = decide_input_cause(InputEvidence(workers=3))
     assert "not saturated" not in " ".join(unsampled.evidence)
+
+
+def test_never_input_bound_while_the_gpu_is_busy() -> None:
+    from stepscope.analysis.verdicts import Verdict, gpu_cross_check
+
+    waited = Verdict("input-bound", False, None)
+    busy = gpu_cross_check(waited, 96.0)
+    assert busy.verdict == "compute-bound" and busy.weak and "96 %" in (busy.note or "")
+    assert gpu_cross_check(waited, 60.0) == waited
+    assert gpu_cross_check(waited, None) == waited  # no GPU measured: the split decides

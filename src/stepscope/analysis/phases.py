@@ -26,6 +26,7 @@ from stepscope.analysis.verdicts import (
     Verdict,
     decide_input_cause,
     decide_verdict,
+    gpu_cross_check,
 )
 from stepscope.store.records import PhaseRecord, ProcessInfo, StepRecord
 
@@ -263,7 +264,8 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
     images = ph.images or sum(s.images for s in steps)
     ev, loader_ms = _input_evidence(ph, ctx, t0, t1, images)
     fields = split_fields(split)
-    verdict = _phase_verdict(split, steady, fields)
+    gpu_util = None if ctx.gpu_index is None else _gpu_util(ctx.cache, ctx.gpu_index, t0, t1)
+    verdict = gpu_cross_check(_phase_verdict(split, steady, fields), gpu_util)
     lf = loader_figures(_with_step_waits(ctx.stages.get(ph.phase_id), steps))
     main_cpu = ev.main_cpu_pct
     cap = None if lf is None else build_capacity(
@@ -300,7 +302,7 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
         "worker_cpu_pct": ev.worker_cpu_pct, "loader_cpu_ms_per_image": loader_ms,
         "psi_io_some_pct": ev.psi_io_some_pct, "disk_wait_frac": ev.disk_wait_frac,
         "disk_busy_pct": ev.disk_busy_pct,
-        "gpu_util_pct": None if ctx.gpu_index is None else _gpu_util(ctx.cache, ctx.gpu_index, t0, t1),
+        "gpu_util_pct": gpu_util,
         **_loader_fields(lf, cap, seconds),
         "predictions": [] if lf is None or cap is None else predictions(
             lf, cap, {"seconds": seconds, "images": images, "repeat": repeat}),

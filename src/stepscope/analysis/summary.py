@@ -28,7 +28,7 @@ from stepscope.analysis.phases import (
 )
 from stepscope.analysis.ranks import add_rank_stores, own_processes
 from stepscope.analysis.samples import SampleCache
-from stepscope.analysis.verdicts import decide_verdict
+from stepscope.analysis.verdicts import decide_verdict, gpu_cross_check
 from stepscope.analysis.vocab import framework_of, vocab
 from stepscope.atomic import atomic_write_text
 from stepscope.policy import weighted_mean
@@ -154,8 +154,9 @@ def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
         if steady:
             split.merge(s)
     fields = split_fields(split)
-    v = decide_verdict(fields["data_wait_frac"], fields["transfer_frac"], fields["other_frac"],
-                       split.steps)
+    v = gpu_cross_check(decide_verdict(fields["data_wait_frac"], fields["transfer_frac"],
+                                       fields["other_frac"], split.steps),
+                        weighted_mean(rows, "gpu_util_pct"))
     seconds = sum(p["seconds"] for p in rows)
     images = sum(p["images"] for p in rows)
     causes: dict[str, float] = {}
@@ -307,7 +308,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
         "host_memory": host_memory,
         "checkpoints": checkpoints,
         **_facts_sections(facts, cache, cores),
-        "system": _system_section(cache, run_section),
+        "system": _system_section(cache, run_section, gpu),
         # Distributed runs: filled from the rank stores by add_rank_stores (analysis/ranks.py).
         "ranks": [],
         "monitor_overhead_frac": monitor_overhead(facts, cache, run_section["seconds"], cores),
@@ -319,7 +320,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     return summary
 
 
-def _system_section(cache: SampleCache, run: dict[str, Any]) -> dict[str, Any]:
+def _system_section(cache: SampleCache, run: dict[str, Any], gpu: int | None = None) -> dict[str, Any]:
     """Whole-run system figures: what a watch without steps can still say."""
     disks = [s for s in cache.sources("read_bytes_per_s") if s.startswith("disk:")]
     return {
@@ -332,7 +333,7 @@ def _system_section(cache: SampleCache, run: dict[str, Any]) -> dict[str, Any]:
         "disk_busy_max_pct": max((cache.get(d, "busy_pct").max() or 0.0 for d in disks),
                                  default=None),
         "psi_io_some_pct": cache.get("host", "psi_io_some_pct").mean(),
-        "gpu_util_pct": cache.get("gpu0", "util_pct").mean(),
+        "gpu_util_pct": cache.get(f"gpu{gpu or 0}", "util_pct").mean(),
     }
 
 

@@ -118,6 +118,30 @@ def decide_verdict(
     return Verdict(verdict, False, None)
 
 
+GPU_BUSY_PCT = 90.0
+
+
+def gpu_cross_check(v: Verdict, gpu_util_pct: float | None) -> Verdict:
+    """Never input-bound while NVML says the GPU ran kernels ≥ 90 % of the phase.
+
+    On a GPU the CPU's data wait can overlap kernels still queued from the previous step: the
+    loop "waits" while the GPU is busy, and more workers would gain nothing. The GPU-true split
+    (watch's and Monitor's CUDA events) already books that overlap as compute; this check
+    catches a split timed without events. NVML's figure is "a kernel was running", so a busy
+    reading is evidence the GPU was not starved, not a measure of how busy it was.
+
+    Examples:
+        >>> gpu_cross_check(Verdict("input-bound", False, None), 97.0).verdict
+        'compute-bound'
+    """
+    if v.verdict != "input-bound" or gpu_util_pct is None or gpu_util_pct < GPU_BUSY_PCT:
+        return v
+    note = (f"the loop waited for data, but NVML shows the GPU running kernels "
+            f"{gpu_util_pct:.0f} % of the phase (≥ {GPU_BUSY_PCT:.0f} %): the wait overlapped "
+            "queued GPU work, so it is not input-bound")
+    return Verdict("compute-bound", True, note if not v.note else f"{v.note}; {note}")
+
+
 @dataclass
 class InputEvidence:
     """What the samples say about the loader during one phase (None: not measured)."""
