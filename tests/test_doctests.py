@@ -19,6 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 RUNNABLE = [
     "stepscope.analysis.doctor",
     "stepscope.analysis.fmt",
+    "stepscope.analysis.gpu_identity",
     "stepscope.analysis.tune",
     "stepscope.analysis.verdicts",
     "stepscope.atomic",
