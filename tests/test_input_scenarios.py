@@ -209,14 +209,14 @@ def test_throttled_cold_storage_then_cache_served(mode: str, tmp_path: Path) -> 
         pytest.skip(f"blkio throttling unusable: {BLKIO_WHY}")
     folder = tmp_path / "files"
     folder.mkdir()
-    for i in range(80):  # 10 batches of 8 files, 100 kB each: 8 MB at 2 MB/s, ~4 s cold
-        (folder / f"{i}.bin").write_bytes(os.urandom(100_000))
+    for i in range(80):  # 10 batches of 8 files, 250 kB each: 20 MB at 4 MB/s, ~5 s cold
+        (folder / f"{i}.bin").write_bytes(os.urandom(250_000))
     if block_device_for(folder) is None:
         pytest.skip(f"{folder} is on no block device (tmpfs?): reads cannot be throttled")
     evict(sorted(folder.iterdir()), sync=True)
     os.environ["PLANTED_DIR"] = str(folder)
     try:
-        with BlkioThrottle(folder, 2_000_000) as throttle:
+        with BlkioThrottle(folder, 4_000_000) as throttle:
             throttle.add_pid(os.getpid())  # the run's processes start from here: they inherit it
             s = record("storage", mode, tmp_path / "run")
     finally:

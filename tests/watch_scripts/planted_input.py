@@ -53,7 +53,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                   "batches": 60},
     "few_steps": {"workers": 0, "item_sleep_ms": 8, "compute_sleep_ms": 5, "batches": 10},
     # Validation run inside the training epoch, at its 20th step.
-    "val_inside_train": {"workers": 2, "compute_sleep_ms": 80, "val_at": 12, "batches": 25},
+    # Loading inline (nothing to receive from a worker): the train phase is the model's.
+    "val_inside_train": {"workers": 0, "compute_sleep_ms": 60, "val_at": 12, "batches": 25},
     # Two loaders zipped, the second slow (one worker, 8 ms an item).
     "two_loaders": {"workers": 1, "item_sleep_ms": 8, "compute_sleep_ms": 8, "two": True},
     # Worker start-up (1.5 s each time workers start) against ~1.5 s of steps per epoch.

@@ -12,7 +12,9 @@ The order is the order of the checks (docs/input-causes.md):
    ≥ 20 % of samples. Weighed before CPU, and not when the loaders were on a CPU ≥ 70 % of
    their time (then they were computing, whatever the disk did).
 3. ``main-process``  the training process's own loader work — collate and pin-memory with
-   ``workers=0``, pin-memory with workers — is ≥ 50 % of the data wait.
+   ``workers=0``, pin-memory with workers — is ≥ 50 % of the data wait; or the workers were
+   busy < 50 % of the phase and could supply ≥ 2× what the model consumes, yet the loop waited
+   (the wait is the training process's: receiving batches, its loop, being scheduled).
 4. ``workers``  more workers would supply what the model consumes within the cores this job may
    use (capacity model, ``analysis/capacity.py``), for a predicted gain ≥ 1.1×.
 5. ``cpu``  otherwise: the job's cores cannot run more loading (the compute keeps them, or the
@@ -44,6 +46,8 @@ STARTUP_DOMINANT_FRAC = 0.5
 BLOCKED_HIGH_FRAC = 0.5
 ON_CPU_HIGH_FRAC = 0.7
 MAIN_PROCESS_FRAC = 0.5
+IDLE_WORKERS_FRAC = 0.5  # workers inside fetches less than half the phase
+SUPPLY_MARGIN = 2.0  # ... able to supply at least twice what the model consumes
 
 
 def is_cold(ev: InputEvidence) -> bool:
@@ -115,6 +119,27 @@ def _main_process(lf: LoaderFigures) -> InputCause | None:
         "an image"])
 
 
+def _idle_workers(lf: LoaderFigures, cap: Capacity | None,
+                  phase: dict[str, object]) -> InputCause | None:
+    """Workers mostly idle and able to supply far more than the model takes, yet the loop
+    waited: the wait is the training process's own (receiving batches, being scheduled)."""
+    seconds = phase.get("seconds")
+    if lf.workers == 0 or cap is None or not lf.worker_busy_s or not isinstance(
+            seconds, (int, float)) or seconds <= 0:
+        return None
+    busy = sum(lf.worker_busy_s) / (len(lf.worker_busy_s) * seconds)
+    supply, consume = cap.loader_images_per_s, cap.consume_images_per_s
+    if busy >= IDLE_WORKERS_FRAC or supply is None or consume is None \
+            or supply < SUPPLY_MARGIN * consume:
+        return None
+    return InputCause("main-process", [
+        f"{lf.workers} workers busy {fmt_pct(busy)} of the phase and able to supply "
+        f"{supply:.0f} img/s against {consume:.0f} consumed, yet the loop waited: the wait is "
+        "in the training process (receiving each batch from a worker, its own loop overhead, "
+        "or waiting to be scheduled)",
+        _cores_line(cap)])
+
+
 def _item_stages(lf: LoaderFigures) -> float:
     return sum(lf.stage_s.get(k, 0.0) for k in ("read", "decode", "transform"))
 
@@ -161,7 +186,8 @@ def _workers_or_cpu(lf: LoaderFigures, cap: Capacity) -> InputCause:
 def decide_cause_from_stages(ev: InputEvidence, lf: LoaderFigures, cap: Capacity | None,
                              phase: dict[str, object]) -> InputCause | None:
     """The input cause from stage timing; None when the figures cannot decide."""
-    for found in (_startup(lf, phase), _storage(ev, lf), _main_process(lf)):
+    for found in (_startup(lf, phase), _storage(ev, lf), _main_process(lf),
+                  _idle_workers(lf, cap, phase)):
         if found is not None:
             return found
     if cap is None:

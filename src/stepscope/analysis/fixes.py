@@ -55,6 +55,10 @@ def capacity_fix(agg: dict[str, Any]) -> tuple[str, str] | None:
     if cause == "workers" and more is not None:
         return (f"{_workers_words(agg, int(more['workers']))} (from {loader['workers']}): the "
                 "job has spare cores and the loaders cannot keep up", _gain(more, sure))
+    if cause == "main-process" and "workers busy" in evidence:
+        return ("not more workers (they are idle): the training process itself is slow to take "
+                "each batch; if other processes share its cores give it more CPU, otherwise "
+                "send fewer, larger tensors per batch", f"no capacity prediction; {sure}")
     if cause == "main-process":
         return ("the training process does the loader's per-batch work itself: move collate into "
                 "workers (num_workers ≥ 1 runs collate_fn there), make collate_fn cheaper, or "

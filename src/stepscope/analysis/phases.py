@@ -84,7 +84,9 @@ def _outliers(steps: list[StepRecord]) -> set[int]:
         return set()
     walls = sorted(s.wall_s for s in steps)
     median = walls[len(walls) // 2]
-    out = {i for i, s in enumerate(steps) if s.wall_s > OUTLIER_FACTOR * median}
+    # A phase's first step is never an outlier: its extra wait is the loader's start-up,
+    # which is reported on its own (and may be the phase's real cost: non-persistent workers).
+    out = {i for i, s in enumerate(steps) if s.step and s.wall_s > OUTLIER_FACTOR * median}
     return out if len(out) <= max(1, int(OUTLIER_MAX_FRAC * len(steps))) else set()
 
 

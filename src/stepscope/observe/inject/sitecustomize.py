@@ -59,6 +59,10 @@ def _install(fd_text: str | None) -> None:
         os.set_inheritable(fd, False)
     rec = recorder.create_recorder(fd)
     rec.stages = stages.WatchPhases()
+    # The cores this process may use (a `taskset`/cpuset on the command narrows them), measured
+    # here: the watching parent's own affinity may be wider.
+    rec.fact("env.cpu_count", len(os.sched_getaffinity(0)),
+             "os.sched_getaffinity(0) of the watched process")
 
     def on_error(name: str, exc: BaseException) -> None:
         rec.note("watch", f"hooks for {name} not installed: {type(exc).__name__}: {exc}")
