@@ -17,6 +17,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 RUNNABLE = [
+    "stepscope.analysis.contracts",
     "stepscope.analysis.doctor",
     "stepscope.analysis.fmt",
     "stepscope.analysis.gpu_identity",

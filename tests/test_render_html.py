@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from stepscope.analysis.compare import compare_summaries
+from stepscope.analysis.contracts import ledger_item, make_finding
 from stepscope.analysis.timeline import Timeline, load_timeline
 from stepscope.render.html import NVML_NOTE, SECTIONS, write_report
 from stepscope.render.html_compare import write_compare_report
@@ -42,10 +43,11 @@ class Answer:
 
 def _summary(reader: RunReader) -> dict[str, Any]:
     summary: dict[str, Any] = _bench()._summary_for(reader)
-    summary["findings"] = [{"id": "input-bound-cpu", "severity": "critical", "title": EVIL,
-                            "evidence": [f"class {EVIL} in the dataset"], "fix": "more workers",
-                            "expected_gain": "×2.1 img/s"}]
-    summary["memory"]["ledger"].append({"item": EVIL, "bytes": 1e8, "how_measured": EVIL})
+    # Built by the analysis's own constructors, so the fixture has the shape the analysis emits.
+    summary["findings"] = [make_finding("input_bound_train", "high", EVIL,
+                                        [f"class {EVIL} in the dataset"], "more workers",
+                                        "~2.1× faster")]
+    summary["memory"]["ledger"].append(ledger_item(EVIL, 1e8, EVIL))
     return summary
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console, RenderableType
 
 from stepscope.analysis.compare import compare_summaries
+from stepscope.analysis.contracts import ledger_item, make_finding
 from stepscope.analysis.fmt import fmt_bytes
 from stepscope.render.terminal import comparison_table, explanation, phase_table
 
@@ -30,15 +31,13 @@ SUMMARY: dict[str, Any] = {
          "cpu_util_pct": 98.0, "gpu_util_pct": 71.0},
     ],
     "memory": {"device": "cuda:0", "total_bytes": 6.5e9, "ledger": [
-        {"item": "CUDA context", "bytes": 4.0e8, "how_measured": "NVML used − reserved"},
-        {"item": "weights", "bytes": 2.2e8, "how_measured": "parameters + buffers"}],
+        ledger_item("CUDA context", 4.0e8, "NVML used − reserved"),
+        ledger_item("weights", 2.2e8, "parameters + buffers")],
         "unattributed_bytes": 5.88e9},
     "findings": [
-        {"id": "input-bound-storage", "severity": "critical",
-         "title": "Epoch 1 waits for the disk",
-         "evidence": ["62% of step time blocked in the loader", "450 MB read from disk"],
-         "fix": "warm the page cache or use faster storage",
-         "expected_gain": "x2.5 img/s in epoch 1"}],
+        make_finding("input_bound_train", "high", "Epoch 1 waits for the disk",
+                     ["62 % of step time blocked in the loader", "450 MB read from disk"],
+                     "warm the page cache or use faster storage", "~2.5× faster")],
 }
 
 

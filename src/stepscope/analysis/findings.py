@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stepscope import policy
+from stepscope.analysis.contracts import Finding, Severity, by_severity, make_finding
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fixes import capacity_fix
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
@@ -35,13 +36,7 @@ MEASURE_TUNE = ("measure it: `stepscope tune` tries worker counts and batch size
                 "machine; or rerun and `stepscope compare` the two runs")
 MEASURE_COMPARE = "measure it: rerun with the change and `stepscope compare` the two runs"
 
-Finding = dict[str, Any]
-
-
-def _finding(fid: str, severity: str, title: str, evidence: list[str], fix: str,
-             expected_gain: str | None, measure: str | None = None) -> Finding:
-    return {"id": fid, "severity": severity, "title": title, "evidence": "; ".join(evidence),
-            "fix": fix, "expected_gain": expected_gain, "measure": measure}
+_finding = make_finding  # every finding is built by the contract's constructor
 
 
 def speedup_without(frac: float, residual: float = 0.0) -> float:
@@ -138,7 +133,7 @@ def input_finding(agg: dict[str, Any], cores: float | None,
         fix, expected = priced
     cause = agg.get("input_cause")
     title = f"{kind.capitalize()} is input-bound ({cause}): {fmt_pct(d)} of every step waits for data"
-    severity = "high" if d >= BOUND_FRAC else "medium"
+    severity: Severity = "high" if d >= BOUND_FRAC else "medium"
     if agg.get("verdict_weak"):
         severity, title = "low", f"{title} (tentative: {agg.get('verdict_note')})"
     return _finding(f"input_bound_{agg['phase']}", severity, title, evidence, fix, expected,
@@ -333,5 +328,4 @@ def build_findings(summary: dict[str, Any]) -> list[Finding]:
     out += dataset_findings(summary)
     out += checkpoint_findings(summary)
     out += note_findings(summary)
-    order = {"high": 0, "medium": 1, "low": 2, "info": 3}
-    return sorted(out, key=lambda f: order.get(f["severity"], 4))
+    return by_severity(out)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepscope.analysis.contracts import LedgerItem, ledger_item
 from stepscope.analysis.fmt import fmt_bytes
 from stepscope.analysis.samples import SampleCache, Series
 from stepscope.analysis.vocab import vocab
@@ -71,12 +72,11 @@ def _fact_int(facts: dict[str, Fact], key: str) -> int | None:
         return None
 
 
-def _item(item: str, n: float, how: str) -> dict[str, Any]:
-    return {"item": item, "bytes": int(n), "how_measured": how}
+_item = ledger_item  # every ledger item is built by the contract's constructor
 
 
 def _named_items(facts: dict[str, Fact], *, host_of_gpu_run: bool = False
-                 ) -> list[dict[str, Any]]:
+                 ) -> list[LedgerItem]:
     out = []
     for key, name, default_how in _NAMED_ITEMS:
         if host_of_gpu_run and key in DEVICE_RESIDENT:
@@ -87,7 +87,7 @@ def _named_items(facts: dict[str, Fact], *, host_of_gpu_run: bool = False
     return out
 
 
-def _close(total: int | None, items: list[dict[str, Any]], device: str,
+def _close(total: int | None, items: list[LedgerItem], device: str,
            notes: list[str], target: float) -> dict[str, Any]:
     """Close the ledger: unattributed = total − items, so the items + rest equal the total."""
     unattributed = None if total is None else total - sum(i["bytes"] for i in items)
@@ -223,7 +223,7 @@ def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fa
     card = cache.get(f"gpu{gpu}", "mem_total_bytes").max()
     pool = detect_pool(framework, used, card)
     context = _fact_int(facts, "mem.cuda_context_bytes")
-    items = []
+    items: list[LedgerItem] = []
     if context is not None:
         items.append(_item("CUDA context", context, facts["mem.cuda_context_bytes"].how_measured
                            or "NVML per-process used − allocator reserved, at start"))
@@ -243,7 +243,7 @@ def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fa
 
 
 def _allocator_items(cache: SampleCache, src: str, reserved: float,
-                     facts: dict[str, Fact]) -> list[dict[str, Any]]:
+                     facts: dict[str, Fact]) -> list[LedgerItem]:
     named = [i for i in _named_items(facts) if i["item"] != "forward transient peak"]
     step_peak = _fact_int(facts, "mem.cuda_step_peak_bytes")
     if step_peak is not None:
