@@ -218,3 +218,21 @@ def arrival_evidence(rank: int, row: Mapping[str, Any], job: Mapping[str, Any]) 
                      f"{stretch['last_allreduce']} ({stretch['t_end'] - stretch['t_start']:.1f} s), "
                      "on time before and after")
     return lines
+
+
+# Here, not in ranks.py, so that ranks.py and rankscale.py both import it without a circle.
+def nodes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ranks grouped by node: the host they ran on (``dist.host``) and, where the launcher
+    numbers nodes (torchrun's GROUP_RANK, Lightning's NODE_RANK), that number, in rank order."""
+    by_node: dict[tuple[str, int | None], list[int]] = {}
+    for r in rows:
+        by_node.setdefault((r["host"] or "unknown host", r.get("node_rank")), []).append(r["rank"])
+    out = []
+    for (host, node_rank), ks in sorted(by_node.items(), key=lambda kv: kv[1][0]):
+        entry: dict[str, Any] = {"host": host, "ranks": ks,
+                                 "stragglers": [r["rank"] for r in rows
+                                                if r["rank"] in ks and r["straggler"]]}
+        if node_rank is not None:
+            entry["node_rank"] = node_rank
+        out.append(entry)
+    return out

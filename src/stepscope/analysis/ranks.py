@@ -32,6 +32,7 @@ from stepscope.analysis.arrivals import (
     analyze_arrivals,
     arrival_evidence,
     median_without,
+    nodes,
 )
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio
 from stepscope.analysis.phases import (
@@ -412,23 +413,6 @@ def merge_ranks(readers: Sequence[RunReader]) -> dict[str, Any]:
     return {"ranks": rows, "distributed": job}
 
 
-def nodes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Ranks grouped by node: the host they ran on (``dist.host``) and, where the launcher
-    numbers nodes (torchrun's GROUP_RANK, Lightning's NODE_RANK), that number, in rank order."""
-    by_node: dict[tuple[str, int | None], list[int]] = {}
-    for r in rows:
-        by_node.setdefault((r["host"] or "unknown host", r.get("node_rank")), []).append(r["rank"])
-    out = []
-    for (host, node_rank), ks in sorted(by_node.items(), key=lambda kv: kv[1][0]):
-        entry: dict[str, Any] = {"host": host, "ranks": ks,
-                                 "stragglers": [r["rank"] for r in rows
-                                                if r["rank"] in ks and r["straggler"]]}
-        if node_rank is not None:
-            entry["node_rank"] = node_rank
-        out.append(entry)
-    return out
-
-
 def job_section(rows: list[dict[str, Any]], ranks: Sequence[RankData], keys: Sequence[StepKey],
                 world: int) -> dict[str, Any]:
     """One verdict for the whole job, with the figures behind it."""
@@ -561,7 +545,7 @@ def add_rank_stores(summary: dict[str, Any], run_dir: Path) -> None:
     if not names:
         return
     primary = [RunDir(Path(run_dir)).db.name] if _holds_rank0(run_dir) else []
-    from stepscope.analysis import rankscale  # imports this module
+    from stepscope.analysis import rankscale  # only for runs with many ranks
 
     if len(names) + 1 > rankscale.ROLLUP_ABOVE_RANKS:
         # Bounded build time for big jobs: per-rank roll-ups, not every step of every rank.

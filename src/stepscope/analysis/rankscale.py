@@ -28,9 +28,9 @@ from stepscope.analysis.arrivals import (
     MEASURED,
     Lateness,
     late_threshold_s,
+    nodes,
     rank_arrival_row,
 )
-from stepscope.analysis.ranks import nodes
 from stepscope.store.db import RunReader
 from stepscope.store.records import ArrivalRecord
 
