@@ -21,6 +21,7 @@ from stepscope.analysis.fmt import (
     fmt_ratio,
     fmt_s,
 )
+from stepscope.analysis.keras_loader import stages_answer
 from stepscope.analysis.vocab import KERAS, framework_of, vocab
 
 Summary = dict[str, Any]
@@ -406,7 +407,7 @@ def what_to_do(s: Summary) -> tuple[str, str] | None:
 
 
 _ANSWERS: tuple[Callable[[Summary], tuple[str, str] | None], ...] = (
-    headline, train_vs_val, cold_vs_warm, cpu_pattern, gpu_pattern, memory_answer,
+    headline, train_vs_val, stages_answer, cold_vs_warm, cpu_pattern, gpu_pattern, memory_answer,
     val_inference, ram_inference, vram_inference, what_to_do,
 )
 

@@ -17,6 +17,7 @@ from typing import Any
 from stepscope.analysis.capacity import job_cores
 from stepscope.analysis.findings import build_findings
 from stepscope.analysis.gpu_identity import resolve_nvml_index
+from stepscope.analysis.keras_loader import stage_fields
 from stepscope.analysis.memory import footprint_line, gpu_ledger, host_ledger
 from stepscope.analysis.phases import (
     PhaseContext,
@@ -289,6 +290,9 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
                        worker_word=vocab(framework_of({"loader": _loader_section(facts)})).worker)
     phases, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
     _mark_cached_phases(phases, facts)
+    for p in phases:  # ImageDataGenerator stages (Keras under watch)
+        f = facts.get(f"keras_stages.phase.{p['phase_id']}")
+        p["loader_stages"] = stage_fields(f.value if f else None, p.get("seconds"))
     checkpoints = _assign_checkpoints(phases, cache)
     cores = _cores(facts, cache)
     run_section = _run_section(run, cache)

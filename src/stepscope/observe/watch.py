@@ -53,6 +53,7 @@ from stepscope.store.records import ArrivalRecord, PhaseRecord, RunInfo, Sample,
 from stepscope.store.rundir import RunDir
 
 INJECT_DIR = Path(__file__).with_name("inject")
+KERAS_STAGES_SEQ = "keras_stages.seq."  # as observe/inject/stepscope_watch_keras_steps.py
 FD_VAR = "STEPSCOPE_WATCH_FD"
 SOCK_VAR = "STEPSCOPE_WATCH_SOCK"
 DIR_VAR = "STEPSCOPE_WATCH_DIR"
@@ -250,6 +251,8 @@ class RecordSink:
         key = str(m[1])
         if key.startswith(STAGES_SEQ_PREFIX):  # the child numbers phases; the store has ids
             key = f"stages.phase.{self._ids[int(key[len(STAGES_SEQ_PREFIX):])]}"
+        elif key.startswith(KERAS_STAGES_SEQ):
+            key = f"keras_stages.phase.{self._ids[int(key[len(KERAS_STAGES_SEQ):])]}"
         self._writer.fact(key, m[2], str(m[3]))
 
     def _note(self, m: list[Any]) -> None:

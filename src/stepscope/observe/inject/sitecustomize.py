@@ -91,6 +91,9 @@ def _install(fd_text: str | None) -> None:
         imported("keras")
         stepscope_watch_keras.install_tf_keras(module, rec, recorder.count_images)
 
+    def keras_image_hook(module: object) -> None:
+        stepscope_watch_keras.install_image_stages(module, rec, recorder.count_images)
+
     def lightning_hook(module: object) -> None:
         stepscope_watch_lightning.install(module, rec, recorder.count_images)
 
@@ -98,6 +101,9 @@ def _install(fd_text: str | None) -> None:
         "torch": torch_hook,
         "keras": keras_hook,
         "tf_keras": tf_keras_hook,
+        # ImageDataGenerator's stages (Keras 3 keeps it as legacy; tf-keras has its own).
+        "keras.src.legacy.preprocessing.image": keras_image_hook,
+        "tf_keras.src.preprocessing.image": keras_image_hook,
         "lightning.pytorch": lightning_hook,
         "pytorch_lightning": lightning_hook,
         "accelerate.data_loader": accelerate_hook,

@@ -98,6 +98,24 @@ def install_tf_keras(tf_keras: ModuleType, rec: Recorder,
     patch_backend("tf.keras", rec, steps)
 
 
+def install_image_stages(module: ModuleType, rec: Recorder,
+                         count_images: Callable[[Any], int]) -> None:
+    """Time ImageDataGenerator's load / transform / preprocess stages (Keras 3 legacy or
+    tf-keras module); the counters are read at each phase boundary."""
+    if TYPE_CHECKING:
+        from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
+    else:
+        try:
+            import stepscope_watch_keras_stages as kstages
+        except ImportError:
+            from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
+    steps = keras_steps(rec, count_images)
+    if steps.stages is None:
+        steps.stages = kstages.LoaderStages(steps.clock)
+        steps.stages_delta = kstages.delta
+    kstages.install(module, steps.stages)
+
+
 # -- memory: RSS at three moments, so the ledger can name what grew between them ----------------
 def rss_bytes() -> int | None:
     """This process's resident set size (``/proc/self/statm``; Linux)."""

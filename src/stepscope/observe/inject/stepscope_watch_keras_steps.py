@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from stepscope.observe.inject.stepscope_watch_recorder import PhaseState, Recorder
 
 ImagesFn = Callable[[int, int], int]
+KERAS_STAGES_SEQ = "keras_stages.seq."  # the parent maps the child's phase number to its id
 
 
 class KerasSteps:
@@ -56,6 +57,11 @@ class KerasSteps:
         # last step's results are still pending; a pull the device was busy through is not a
         # wait of the device for data.
         self.device_busy: Callable[[], bool] | None = None
+        # ImageDataGenerator stage counters (stepscope_watch_keras_stages.LoaderStages), once
+        # that module is imported; read at phase boundaries.
+        self.stages: Any = None
+        self.stages_delta: Callable[[dict[str, Any], dict[str, Any]], Any] = lambda a, b: None
+        self._stages0: dict[str, Any] | None = None
         self.count_images = count_images
         self.clock = clock or rec.clock
         self.main_thread_id = rec.main_thread_id
@@ -131,7 +137,9 @@ class KerasSteps:
         self._close(t)
         if self.phase is not None:
             self.rec.end_phase(self.phase, t)
+            self._stage_fact(self.phase)
         self.phase = self.rec.begin_phase(phase, workers, t)
+        self._stages0 = self.stages.snapshot() if self.stages is not None else None
         self.images_fn = images_fn
         self.t_start = t  # iterator creation and the first fetch belong to step 0
         self.t_begin = None
@@ -154,7 +162,18 @@ class KerasSteps:
         ph, self.phase = self.phase, None
         if ph is not None:
             self.rec.end_phase(ph, t)
+            self._stage_fact(ph)
         return ph
+
+    def _stage_fact(self, ph: PhaseState) -> None:
+        if self.stages is None or self._stages0 is None:
+            return
+        from_stages = self.stages_delta(self._stages0, self.stages.snapshot())
+        self._stages0 = None
+        if from_stages is not None:
+            self.rec.fact(f"{KERAS_STAGES_SEQ}{ph.seq}", from_stages,
+                          "watch: ImageDataGenerator load_img / random transform / standardize "
+                          "and __getitem__ per loading thread, over the phase")
 
     def _reset(self) -> None:
         self.blocked_s = 0.0

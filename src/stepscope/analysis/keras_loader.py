@@ -1,0 +1,56 @@
+"""Inside a Keras ImageDataGenerator: per-image stage times and loading-thread busy time.
+
+The watch hook counts, per phase, the seconds in ``load_img`` (read, decode, resize), in the
+random transform (``get_random_transform`` + ``apply_transform``) and in ``standardize``
+(``preprocessing_function``), the images loaded and each loading thread's time inside
+``__getitem__`` (fact ``keras_stages.phase.<id>``). This module turns them into per-image
+figures and one answer. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from stepscope.analysis.fmt import fmt_ms, fmt_pct
+
+STAGE_WORDS = (("load", "loading (read, decode, resize)"),
+               ("transform", "the random transform"),
+               ("preprocess", "preprocessing_function/standardize"))
+
+
+def stage_fields(raw: Mapping[str, Any] | None, seconds: float | None) -> dict[str, Any] | None:
+    """Per-image milliseconds per stage and each loading thread's busy share of the phase."""
+    if not raw or not raw.get("images"):
+        return None
+    images = int(raw["images"])
+    per_image = {k: 1000.0 * float(raw["stage_s"].get(k, 0.0)) / images for k, _ in STAGE_WORDS}
+    busy = [float(b) for b in raw.get("thread_busy_s") or []]
+    return {"images": images, "batches": int(raw.get("batches") or 0),
+            "ms_per_image": per_image,
+            "thread_busy_s": busy,
+            "thread_busy_frac": [b / seconds for b in busy] if seconds else []}
+
+
+def stages_answer(s: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Where an ImageDataGenerator's time went, for the first train and val phase measured."""
+    lines = []
+    for kind in ("train", "val"):
+        p = next((p for p in s.get("phases") or []
+                  if p["phase"] == kind and p.get("loader_stages")), None)
+        if p is None:
+            continue
+        st = p["loader_stages"]
+        parts = ", ".join(f"{words} {fmt_ms(st['ms_per_image'][k] / 1000.0)}"
+                          for k, words in STAGE_WORDS)
+        text = f"In epoch {p['epoch']} {kind}, per image: {parts}"
+        if st["thread_busy_frac"]:
+            # tf.data runs a generator's calls on pool threads in turn: the sum is the figure.
+            text += (f"; the loader was busy building batches {fmt_pct(sum(st['thread_busy_frac']))}"
+                     " of the phase (summed over its threads)")
+        lines.append(text + ".")
+    if not lines:
+        return None
+    return ("Inside the ImageDataGenerator",
+            " ".join(lines) + " (timed in the loader: load_img, get_random_transform + "
+            "apply_transform, standardize, and __getitem__).")

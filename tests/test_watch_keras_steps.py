@@ -1,0 +1,134 @@
+"""The Keras step windows on a fake clock: where each backend's data wait lands in a step."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from stepscope.analysis.keras_loader import stage_fields
+from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
+from stepscope.observe.inject import stepscope_watch_recorder as recorder
+from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, TimedIterable
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _setup() -> tuple[KerasSteps, _Clock, int, recorder.Recorder]:
+    read_fd, write_fd = os.pipe()
+    clock = _Clock()
+    rec = recorder.Recorder(recorder.Channel(write_fd, clock=clock), clock=clock)
+    return KerasSteps(rec, recorder.count_images, clock), clock, read_fd, rec
+
+
+def _steps(rec: recorder.Recorder, read_fd: int) -> list[tuple[float, float, int]]:
+    rec.channel.flush()
+    os.close(rec.channel._fd)
+    with os.fdopen(read_fd, "rb") as f:
+        msgs = [json.loads(line) for line in f]
+    return [(m[4], m[5], m[9]) for m in msgs if m[0] == "S"]  # wall, wait, images
+
+
+def test_tensorflow_wait_is_ready_minus_request() -> None:
+    steps, clock, fd, rec = _setup()
+    steps.phase_begin("train", lambda a, b: 0, 1)
+    steps.use(7, 1)
+    clock.t += 0.5
+    steps.batch_begin(0)            # the step asks for batch 0 at 100.5
+    clock.t = 101.3
+    steps.batch_ready(7, 8, 101.0)  # first request after 0.5 s of tracing; ready at 101.3
+    clock.t = 101.35
+    steps.batch_ready(7, 8, 101.3)  # batch 1 prefetched: asked at 101.3, ready at 101.35
+    clock.t = 101.4
+    steps.batch_begin(1)            # batch 1 was waiting in the buffer: no wait
+    clock.t = 101.6
+    steps.phase_end()
+    got = _steps(rec, fd)
+    # Step 0 runs from the phase start; it waited ready - max(begin, request) = 0.3 s, not the
+    # tracing. Step 1 found its batch ready.
+    assert got[0] == pytest.approx((1.4, 0.3, 8))
+    assert got[1] == pytest.approx((0.2, 0.0, 8))
+
+
+def test_jax_pull_the_device_computed_through_is_no_wait() -> None:
+    steps, clock, fd, rec = _setup()
+    busy = [False]
+    steps.device_busy = lambda: busy[0]
+
+    def batches():  # type: ignore[no-untyped-def]
+        for _ in range(2):
+            clock.t += 0.2  # producing a batch takes 0.2 s
+            yield (np.zeros((8, 4)), np.zeros(8))
+
+    it = iter(TimedIterable(batches(), steps, clock))
+    steps.phase_begin("train", lambda a, b: 0, 1)
+    steps.batch_begin(0)
+    next(it)               # device idle: 0.2 s of waiting
+    clock.t += 0.1
+    steps.batch_begin(1)
+    busy[0] = True         # step 0 still computing through the whole pull
+    next(it)
+    clock.t += 0.1
+    steps.phase_end()
+    got = _steps(rec, fd)
+    assert got[0] == pytest.approx((0.3, 0.2, 8))
+    assert got[1] == pytest.approx((0.3, 0.0, 8))
+
+
+def test_torch_pull_ends_the_step() -> None:
+    steps, clock, fd, rec = _setup()
+    steps.pull_cuts = True
+
+    def batches():  # type: ignore[no-untyped-def]
+        for _ in range(2):
+            clock.t += 0.2
+            yield (np.zeros((4, 1)), np.zeros(4))
+
+    it = iter(TimedIterable(batches(), steps, clock))
+    steps.phase_begin("train", lambda a, b: 0, 1)
+    next(it)             # batch 0 pulled before its begin callback
+    steps.batch_begin(0)
+    clock.t += 0.5       # compute
+    next(it)             # asking for batch 1 ends step 0
+    steps.batch_begin(1)
+    clock.t += 0.5
+    steps.phase_end()
+    got = _steps(rec, fd)
+    assert got == [pytest.approx((0.7, 0.2, 4)), pytest.approx((0.7, 0.2, 4))]
+
+
+def test_new_iterator_keeps_the_open_steps_batch() -> None:
+    steps, clock, fd, rec = _setup()
+    steps.phase_begin("train", lambda a, b: 0, 1)
+    steps.use(3, 1)
+    steps.batch_begin(0)
+    clock.t += 0.1
+    steps.batch_ready(3, 8, 100.0)
+    clock.t += 0.1
+    steps.new_iterator(3)  # Keras makes the next epoch's iterator before the phase ends
+    steps.phase_end()
+    assert _steps(rec, fd)[0][2] == 8
+
+
+def test_image_data_generator_stage_figures() -> None:
+    stages = kstages.LoaderStages()
+    before = stages.snapshot()
+    stages.add("load", 0.016, 2)
+    stages.add("transform", 0.2)
+    stages.add("preprocess", 0.004)
+    stages.batch(0.25)
+    raw = kstages.delta(before, stages.snapshot())
+    fields = stage_fields(raw, 1.0)
+    assert fields is not None and fields["images"] == 2
+    assert fields["ms_per_image"] == pytest.approx({"load": 8.0, "transform": 100.0,
+                                                    "preprocess": 2.0})
+    assert fields["thread_busy_frac"] == pytest.approx([0.25])
+    assert kstages.delta(before, before) is None
