@@ -128,7 +128,9 @@ def input_finding(agg: dict[str, Any], cores: float | None,
     new_step = None if step is None else step * (1 - d) / (1 - RESIDUAL_WAIT_FRAC)
     expected = (f"{change}: data wait {fmt_pct(d)} → ≤ {fmt_pct(RESIDUAL_WAIT_FRAC)}, "
                 f"{_gain_words(gain)} (step {fmt_ms(_s(step))} → {fmt_ms(_s(new_step))})")
-    priced = capacity_fix(agg)
+    # The capacity model prices DataLoader changes; a Keras run keeps its own fix and the
+    # split-based estimate (Keras's torch backend runs a DataLoader the script never sees).
+    priced = None if framework_of(summary or {}) == KERAS else capacity_fix(agg)
     if priced is not None:
         fix, expected = priced
     cause = agg.get("input_cause")

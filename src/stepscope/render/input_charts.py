@@ -56,7 +56,7 @@ def stage_waterfall(summary: dict[str, Any]) -> str:
             + legend([(STAGE_LABELS[k], c, "box") for k, c in STAGE_COLORS.items()])
             + _how("Where one image's loading time goes, per phase: time inside each hooked "
                    "stage (exclusive: a decode inside a transform counts as decode), measured "
-                   "in whichever process loaded it (DataLoader workers or the training process)."))
+                   "in whichever process loaded it (loading workers or the training process)."))
 
 
 def capacity_chart(summary: dict[str, Any]) -> str:
