@@ -252,7 +252,10 @@ class RecordSink:
         if key.startswith(STAGES_SEQ_PREFIX):  # the child numbers phases; the store has ids
             key = f"stages.phase.{self._ids[int(key[len(STAGES_SEQ_PREFIX):])]}"
         elif key.startswith(KERAS_STAGES_SEQ):
-            key = f"keras_stages.phase.{self._ids[int(key[len(KERAS_STAGES_SEQ):])]}"
+            phase_id = self._ids.get(int(key[len(KERAS_STAGES_SEQ):]))
+            if phase_id is None:  # a phase this sink never saw begin
+                return
+            key = f"keras_stages.phase.{phase_id}"
         self._writer.fact(key, m[2], str(m[3]))
 
     def _note(self, m: list[Any]) -> None:
