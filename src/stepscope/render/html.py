@@ -26,6 +26,7 @@ from stepscope.analysis.fmt import (
 from stepscope.analysis.timeline import Series, Timeline, sum_series
 from stepscope.atomic import atomic_write_text
 from stepscope.render.html_page import empty, how, page, section
+from stepscope.render.html_ranks import ranks_section
 from stepscope.render.input_charts import input_section_parts, throughput_chart
 from stepscope.render.svg import (
     PALETTE,
@@ -467,6 +468,7 @@ def _processes_and_notes(r: ReportInput) -> Body:
 # To add a section: write its builder above and register it here, nowhere else.
 SECTIONS: tuple[Section, ...] = (
     Section("phases", "Phases", _phases),
+    Section("ranks", "Ranks", lambda r: ranks_section(r.summary)),
     Section("findings", "Findings", lambda r: _findings(r.summary)),
     Section("explain", "Why", lambda r: _explanation(r.answers)),
     Section("steps", "Steps", _steps),

@@ -106,7 +106,7 @@ def phase_table(summary: dict[str, Any]) -> Table:
 RANK_ROWS_MAX = 16
 
 
-def _rank_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rank_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Stragglers and failed ranks first, then by rank; at most ``RANK_ROWS_MAX``."""
     def key(r: dict[str, Any]) -> tuple[bool, bool, int]:
         return (not r.get("straggler"), r.get("status") not in ("failed", "interrupted"),
@@ -126,7 +126,7 @@ def rank_table(summary: dict[str, Any]) -> Table | None:
     for name in ("step ms", "wait", "comp", "allred", "last"):
         t.add_column(name, justify="right", no_wrap=True)
     t.add_column("straggler", min_width=18, overflow="fold")
-    shown = _rank_order(rows)
+    shown = rank_order(rows)
     for r in sorted(shown, key=lambda r: (str(r.get("host")), r.get("node_rank") or 0,
                                           int(r["rank"]))):
         node = str(r.get("host") or "?") + (f" #{r['node_rank']}"

@@ -1,0 +1,66 @@
+"""The report's "Ranks" section for a distributed run: one row per rank, grouped by node, with
+how each rank ended, its step split, how often it reached the gradient all-reduce last, and the
+evidence behind a named straggler. Big jobs list the stragglers and failed ranks first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepscope.render.html_page import how
+from stepscope.render.svg import esc
+from stepscope.render.terminal import RANK_ROWS_MAX, rank_order
+
+Body = tuple[str, list[str]]
+HEAD = ("node", "rank", "ended", "step ms", "data wait", "compute", "all-reduce",
+        "arrived last", "straggler")
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1f}"
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.0f} %"
+
+
+def _row(r: dict[str, Any]) -> str:
+    node = str(r.get("host") or "?") + (f" #{r['node_rank']}" if r.get("node_rank") is not None
+                                        else "")
+    why = ", ".join(str(x) for x in (r.get("cause"), r.get("recurrence")) if x) \
+        if r.get("straggler") else ""
+    cells = [node, r["rank"], r.get("status") or "—",
+             _ms(r.get("step_ms", r.get("wall_ms_per_step"))), _ms(r.get("data_wait_ms_per_step")),
+             _ms(r.get("compute_ms_per_step")), _ms(r.get("comm_ms_per_step")),
+             _pct(r.get("arrived_last_frac")), why or ("yes" if r.get("straggler") else "")]
+    return "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
+
+
+def ranks_section(summary: dict[str, Any]) -> Body | None:
+    """The section, or None for a single-process run."""
+    rows = summary.get("ranks") or []
+    if len(rows) < 2 or "rank" not in rows[0]:
+        return None
+    shown = sorted(rank_order(rows), key=lambda r: (str(r.get("host")), r.get("node_rank") or 0,
+                                                    int(r["rank"])))
+    ths = "".join(f"<th>{esc(h)}</th>" for h in HEAD)
+    parts = [f"<table><thead><tr>{ths}</tr></thead><tbody>"
+             + "".join(_row(r) for r in shown) + "</tbody></table>"]
+    if len(rows) > len(shown):
+        parts.append(how(f"{len(rows) - len(shown)} more ranks in summary.json (the first "
+                         f"{RANK_ROWS_MAX} shown: stragglers and failed ranks first)."))
+    job = summary.get("distributed") or {}
+    arrival = job.get("arrival") or {}
+    text = ("ms per training step. all-reduce: time a gradient all-reduce was in flight, "
+            "including waiting for slower ranks; arrived last: share of the all-reduces this "
+            "rank reached last")
+    if arrival.get("method"):
+        text += f" ({arrival['method']})"
+    parts.append(how(text + "."))
+    for r in rows:
+        if r.get("straggler_evidence"):
+            items = "".join(f"<li>{esc(e)}</li>" for e in r["straggler_evidence"])
+            parts.append(f"<h3>Rank {esc(r['rank'])}: why the others wait for it</h3>"
+                         f"<ul>{items}</ul>")
+    if job.get("verdict_text"):
+        parts.insert(0, f"<p>{esc(job['verdict_text'])}</p>")
+    return "Ranks", parts
