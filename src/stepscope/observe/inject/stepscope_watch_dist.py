@@ -158,12 +158,17 @@ def ship_stores(dist: Any, rec: Recorder) -> list[int]:
     local_world = _env_int("LOCAL_WORLD_SIZE")
     if world < 2 or local_world is None or local_world >= world or not rec.once("ship"):
         return []
+    from pathlib import Path
+
+    from stepscope.atomic import atomic_write_bytes
+    from stepscope.store.rundir import rank_db_name
+
     run_dir = os.environ.get(DIR_VAR) or ""
     rank = int(dist.get_rank())
     box: list[Any] = [None]
     if rank == 0:
         box[0] = [k for k in range(1, world)
-                  if run_dir and not os.path.isfile(os.path.join(run_dir, f"run.rank{k}.db"))]
+                  if run_dir and not os.path.isfile(os.path.join(run_dir, rank_db_name(k)))]
     dist.broadcast_object_list(box, src=0)
     missing: list[int] = box[0] or []
     if not missing:
@@ -175,11 +180,8 @@ def ship_stores(dist: Any, rec: Recorder) -> list[int]:
         return []
     got = [k for k in missing if gathered[k]]
     for k in got:
-        target = os.path.join(run_dir, f"run.rank{k}.db")
-        tmp = f"{target}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(gathered[k])
-        os.replace(tmp, target)  # a reader never sees half a store
+        # A reader never sees half a store.
+        atomic_write_bytes(Path(run_dir) / rank_db_name(k), gathered[k])
     return got
 
 
@@ -187,8 +189,10 @@ def _snapshot(rec: Recorder, run_dir: str, rank: int) -> bytes | None:
     """This rank's store as its watch has committed it (asked to commit first when it can)."""
     import sqlite3
 
+    from stepscope.store.rundir import rank_db_name
+
     sock = rec.channel.socket
-    name = "run.db" if sock is None else f"run.rank{rank}.db"  # the first process: run.db
+    name = rank_db_name(0 if sock is None else rank)  # the first process writes run.db
     rec.send(["Q"], urgent=True)
     if sock is not None:  # the parent answers once everything sent so far is committed
         sock.settimeout(FLUSH_TIMEOUT_S)
