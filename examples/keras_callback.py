@@ -1,6 +1,7 @@
 """Keras (any backend) + stepscope: one callback, and the run explains itself at the end of fit.
 
     KERAS_BACKEND=tensorflow python examples/keras_callback.py --out runs/keras --load-ms 20
+    TF_USE_LEGACY_KERAS=1 python examples/keras_callback.py --out runs/tf-keras   # tf-keras
 
 ``--load-ms`` makes every image of the ``PyDataset`` take that long to load (a stand-in for
 slow decoding or a slow disk), so the run is input-bound. ``--arrays`` feeds in-memory NumPy
@@ -15,15 +16,23 @@ import time
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
-import keras
 import numpy as np
+
+if os.environ.get("TF_USE_LEGACY_KERAS") == "1":  # Keras 2 as tf.keras (the tf-keras package)
+    import tf_keras as keras
+else:
+    import keras
 
 import stepscope.keras
 
 SIZE = 32
 
 
-class Shapes(keras.utils.PyDataset):
+# Keras 3's PyDataset; tf-keras has its predecessor, Sequence.
+_Batches = getattr(keras.utils, "PyDataset", None) or keras.utils.Sequence
+
+
+class Shapes(_Batches):
     """Batches of random images; ``load_s`` per image stands for decoding."""
 
     def __init__(self, n: int, batch_size: int, load_s: float) -> None:

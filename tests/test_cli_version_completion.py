@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +25,12 @@ def test_version() -> None:
 
 
 def test_completion_script_and_completions() -> None:
-    script = _stepscope("--show-completion", "bash", SHELL="/bin/bash")
-    assert script.returncode == 0
+    # --show-completion detects the shell from the parent processes: run it under bash (the
+    # trailing `; true` keeps bash from exec-ing python in its place).
+    cmd = shlex.join([sys.executable, "-m", "stepscope", "--show-completion"])
+    script = subprocess.run(["bash", "-c", f"{cmd}; true"], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "PYTHONPATH": SRC})
+    assert script.stderr == ""
     assert "complete" in script.stdout and "_STEPSCOPE_COMPLETE" in script.stdout
     # What bash asks for when the user types `stepscope rep<TAB>` / `stepscope report --tr<TAB>`.
     words = _stepscope(_STEPSCOPE_COMPLETE="complete_bash", COMP_WORDS="stepscope rep",

@@ -88,6 +88,16 @@ def test_keras_callback_input_bound(backend: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_tf_keras_callback_input_bound(tmp_path: Path) -> None:
+    """The same planted loading through tf-keras (Keras 2, TF_USE_LEGACY_KERAS=1)."""
+    if not (_has("tf_keras") and _has("tensorflow")):
+        pytest.skip("tf-keras not installed")
+    summary = _run_example("keras_callback.py", tmp_path / "run", "--epochs", "2", "--images",
+                           "64", "--load-ms", "100", env=_env(TF_USE_LEGACY_KERAS="1"))
+    _check_input_bound(summary, epochs=2, steps=8, images=64, kind="callback:keras")
+
+
+@pytest.mark.slow
 def test_keras_callback_compute_bound_on_tensorflow(tmp_path: Path) -> None:
     """In-memory arrays and two 96-filter convolutions: nothing to wait for, compute-bound
     (the callback gaps alone would not tell: the batch is fetched inside the train function)."""
