@@ -152,3 +152,14 @@ def test_compare_puts_the_prediction_beside_what_the_rerun_achieved() -> None:
     assert g is not None and g.change == "num_workers 1 → 4"
     assert g.predicted == 3.5 and g.achieved == 3.0 and abs(g.error_frac - 1 / 6) < 1e-9
     assert predicted_gain(a, {**b, "loader": None}) is None
+
+
+def test_a_verdict_the_median_step_disagrees_with_is_tentative() -> None:
+    from stepscope.analysis.phases import _phase_verdict, split_fields, steady_split
+    from stepscope.store.records import StepRecord
+
+    steps = [StepRecord(0, i, float(i), 0.05, 0.002, 0.0, 0.048, 0.0, 8) for i in range(8)]
+    steps += [StepRecord(0, 8 + i, 9.0 + i, 0.3, 0.25, 0.0, 0.05, 0.0, 8) for i in range(4)]
+    split, steady = steady_split(steps)
+    v = _phase_verdict(split, steady, split_fields(split), steps)
+    assert v.verdict == "input-bound" and v.weak and "median step" in (v.note or "")

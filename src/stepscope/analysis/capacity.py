@@ -30,6 +30,7 @@ from typing import Any
 HEADROOM = 1.15
 MIN_GAIN = 1.10  # below this a change is within the noise of a shared machine
 MIN_STEADY_BATCHES = 3
+MAX_WORKERS_PER_CORE = 2
 # Loaders runnable but waiting for a core this share of their fetch time were denied CPU.
 CONTENDED_FRAC = 0.3
 
@@ -251,6 +252,11 @@ def workers_target(cap: Capacity, lf: LoaderFigures) -> int | None:
     if cap.cpu_images_per_s is not None:
         goal = min(goal, cap.cpu_images_per_s)
     target = max(1, math.ceil(HEADROOM * goal / cap.per_loader_images_per_s))
+    if cap.job_cores:
+        # Past a few processes per core each batch's hand-over to the training process (and
+        # the processes' own scheduling) costs more than the overlap wins: PyTorch warns above
+        # one per core; loaders that mostly sleep may take two.
+        target = min(target, max(1, int(MAX_WORKERS_PER_CORE * cap.job_cores)))
     if target <= lf.workers:
         return None
     best = predict_workers(cap, lf, target)
@@ -306,9 +312,9 @@ def predictions(lf: LoaderFigures, cap: Capacity, phase: dict[str, Any]) -> list
             for p in found if p is not None and p.speedup >= 1.0]
 
 
-def workers_curve(cap: Capacity, lf: LoaderFigures, up_to: int = 8) -> dict[str, float]:
-    """Predicted speed-up for each worker count 1..``up_to`` (``compare`` and ``tune`` look up
-    the count they tried)."""
+def workers_curve(cap: Capacity, lf: LoaderFigures, up_to: int = 16) -> dict[str, float]:
+    """Predicted speed-up for each worker count 1..``up_to`` (``compare`` looks up
+    the count it tried)."""
     out: dict[str, float] = {}
     for w in range(1, up_to + 1):
         p = predict_workers(cap, lf, w)

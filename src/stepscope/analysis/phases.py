@@ -22,6 +22,7 @@ from stepscope.analysis.capacity import (
 from stepscope.analysis.causes import decide_cause_from_stages, is_cold
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import (
+    MIN_STEADY_STEPS,
     InputEvidence,
     Verdict,
     decide_input_cause,
@@ -234,9 +235,29 @@ def _input_evidence(ph: PhaseRecord, ctx: PhaseContext, t0: float, t1: float,
     return ev, loader_ms
 
 
-def _phase_verdict(split: StepSplit, steady: bool, fields: dict[str, Any]) -> Verdict:
+def _median_step_verdict(steps: list[StepRecord]) -> tuple[str | None, float]:
+    """The verdict of the phase's median step (by wall time, steady steps) and its wall."""
+    steady = sorted((s for s in steps if not s.warmup and s.wall_s > 0), key=lambda s: s.wall_s)
+    if len(steady) < OUTLIER_MIN_STEPS:
+        return None, 0.0
+    m = steady[len(steady) // 2]
+    v = decide_verdict(m.data_wait_s / m.wall_s, m.transfer_s / m.wall_s, m.other_s / m.wall_s,
+                       MIN_STEADY_STEPS)
+    return v.verdict, m.wall_s
+
+
+def _phase_verdict(split: StepSplit, steady: bool, fields: dict[str, Any],
+                   steps: list[StepRecord] | None = None) -> Verdict:
     verdict = decide_verdict(fields["data_wait_frac"], fields["transfer_frac"],
                              fields["other_frac"], split.steps)
+    median, wall = _median_step_verdict(steps or [])
+    if median is not None and verdict.verdict is not None and median != verdict.verdict:
+        # The time-weighted split is carried by fewer, longer steps than the typical one: say
+        # so rather than let either figure decide alone.
+        extra = (f"tentative: the median step ({wall * 1000:.0f} ms) is {median}, the "
+                 "time-weighted split says otherwise")
+        verdict = Verdict(verdict.verdict, True,
+                          extra if not verdict.note else f"{verdict.note}; {extra}")
     if not steady and split.steps:
         verdict = Verdict(verdict.verdict, True,
                           "insufficient steps: only warm-up steps were timed in this phase")
@@ -267,7 +288,7 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
     ev, loader_ms = _input_evidence(ph, ctx, t0, t1, images)
     fields = split_fields(split)
     gpu_util = None if ctx.gpu_index is None else _gpu_util(ctx.cache, ctx.gpu_index, t0, t1)
-    verdict = gpu_cross_check(_phase_verdict(split, steady, fields), gpu_util)
+    verdict = gpu_cross_check(_phase_verdict(split, steady, fields, steps), gpu_util)
     lf = loader_figures(_with_step_waits(ctx.stages.get(ph.phase_id), steps))
     main_cpu = ev.main_cpu_pct
     cap = None if lf is None else build_capacity(
