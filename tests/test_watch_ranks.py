@@ -90,6 +90,19 @@ def test_torchrun_rank_slow_in_backward_only_is_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_one_bad_stretch_is_told_from_every_step(tmp_path: Path) -> None:
+    # Rank 1 is slow in backward for 12 of its 40 steps only.
+    res, run, s = _torchrun(tmp_path, SLOW_BACKWARD_RANK="1", SLOW_BACKWARD_S=SLOW_S,
+                            SLOW_BACKWARD_STEPS="15-26")
+    _assert_both_ranks_recorded(run, s, res)
+    assert [(r["rank"], r["recurrence"]) for r in s["ranks"] if r["straggler"]] == \
+        [(1, "one stretch")]
+    stretch = s["ranks"][1]["late_stretch"]
+    assert 13 <= stretch["first_allreduce"] <= 16 and 25 <= stretch["last_allreduce"] <= 28
+    assert any("late for one stretch" in e for e in s["ranks"][1]["straggler_evidence"])
+
+
+@pytest.mark.slow
 def test_torchrun_rank_slow_in_loading_is_named(tmp_path: Path) -> None:
     res, run, s = _torchrun(tmp_path, SLOW_LOAD_RANK="0", SLOW_LOAD_S=SLOW_S)
     _assert_both_ranks_recorded(run, s, res)

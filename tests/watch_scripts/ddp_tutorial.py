@@ -3,7 +3,8 @@ with a DataLoader over a DistributedSampler. Knobs for the tests (environment va
 
 - LOAD_S: every rank's dataset sleeps LOAD_S per batch (a balanced job with real loading).
 - SLOW_LOAD_RANK=k, SLOW_LOAD_S: that rank's dataset sleeps SLOW_LOAD_S more per batch.
-- SLOW_BACKWARD_RANK=k, SLOW_BACKWARD_S: that rank sleeps in a backward hook (backward only).
+- SLOW_BACKWARD_RANK=k, SLOW_BACKWARD_S: that rank sleeps in a backward hook (backward only);
+  with SLOW_BACKWARD_STEPS=a-b only at global steps a..b (one bad stretch).
 - KILL_RANK=k, KILL_STEP=n: that rank SIGKILLs itself at step n of the second epoch.
 """
 
@@ -67,8 +68,15 @@ def demo_basic():
     model = ToyModel()
     ddp_model = DDP(model)
     slow_backward = knob("SLOW_BACKWARD", rank)
+    first, _, last = os.environ.get("SLOW_BACKWARD_STEPS", "0-1000000").partition("-")
+    step = [0]
+
+    def slow_hook(module, grad_output):
+        if int(first) <= step[0] <= int(last):
+            time.sleep(slow_backward)
+
     if slow_backward:
-        model.net1.register_full_backward_pre_hook(lambda m, g: time.sleep(slow_backward))
+        model.net1.register_full_backward_pre_hook(slow_hook)
 
     loss_fn = nn.MSELoss()
     optimizer = optim.SGD(ddp_model.parameters(), lr=0.001)
@@ -80,6 +88,7 @@ def demo_basic():
             outputs = ddp_model(x)
             loss_fn(outputs, y).backward()
             optimizer.step()
+            step[0] += 1
             if epoch == 1 and os.environ.get("KILL_RANK") == str(rank) \
                     and i == int(os.environ.get("KILL_STEP", "5")):
                 os.kill(os.getpid(), signal.SIGKILL)
