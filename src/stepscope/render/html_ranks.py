@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepscope.analysis.fmt import fmt_num, fmt_pct
 from stepscope.render.html_page import how
 from stepscope.render.svg import esc
 from stepscope.render.terminal import RANK_ROWS_MAX, rank_order
@@ -15,23 +16,15 @@ HEAD = ("node", "rank", "ended", "step ms", "data wait", "compute", "all-reduce"
         "arrived last", "straggler")
 
 
-def _ms(v: float | None) -> str:
-    return "—" if v is None else f"{v:.1f}"
-
-
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.0f} %"
-
-
 def _row(r: dict[str, Any]) -> str:
     node = str(r.get("host") or "?") + (f" #{r['node_rank']}" if r.get("node_rank") is not None
                                         else "")
     why = ", ".join(str(x) for x in (r.get("cause"), r.get("recurrence")) if x) \
         if r.get("straggler") else ""
     cells = [node, r["rank"], r.get("status") or "—",
-             _ms(r.get("step_ms", r.get("wall_ms_per_step"))), _ms(r.get("data_wait_ms_per_step")),
-             _ms(r.get("compute_ms_per_step")), _ms(r.get("comm_ms_per_step")),
-             _pct(r.get("arrived_last_frac")), why or ("yes" if r.get("straggler") else "")]
+             fmt_num(r.get("step_ms", r.get("wall_ms_per_step"))), fmt_num(r.get("data_wait_ms_per_step")),
+             fmt_num(r.get("compute_ms_per_step")), fmt_num(r.get("comm_ms_per_step")),
+             fmt_pct(r.get("arrived_last_frac")), why or ("yes" if r.get("straggler") else "")]
     return "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stepscope.analysis.fmt import fmt_bytes, fmt_pct
+from stepscope.analysis.fmt import fmt_bytes, fmt_num, fmt_pct
 from stepscope.analysis.timeline import Series, Timeline
 from stepscope.render.terminal import AnswerLike
 
@@ -224,7 +224,7 @@ def verdicts_markdown(phases: Sequence[dict[str, Any]]) -> str:
             p.get("epoch"), p.get("phase"), p.get("verdict") or "no steps",
             p.get("input_cause") or "", fmt_pct(p.get("data_wait_frac")),
             fmt_pct(p.get("transfer_frac")), fmt_pct(p.get("compute_frac")),
-            "unknown" if rate is None else f"{rate:.1f}")) + " |")
+            fmt_num(rate))) + " |")
     return "\n".join(rows)
 
 
