@@ -13,14 +13,16 @@ What each step number includes (the same frame as ``stepscope train``: a step ru
 moment the loop asks the loader for a batch to the moment it asks for the next one):
 
 - ``data_wait_s``: blocked in the loader's ``__next__`` (the first step of a phase also pays for
-  creating the iterator, which starts the DataLoader workers). Keras/Lightning: from the end of
-  the previous batch (or the phase start) to the batch-begin callback.
+  creating the iterator, which starts the DataLoader workers). Lightning: from the end of the
+  previous batch (or the phase start) to the batch-begin callback. Keras: measured where each
+  backend fetches its batch (``stepscope_watch_keras_steps``).
 - ``transfer_s``: ``Tensor.to``/``Tensor.cuda`` calls that moved a tensor to a non-CPU device,
   on the main thread, CPU-side time (a ``non_blocking`` copy only costs its launch here).
 - ``compute_s``: training steps with an ``optimizer.step()``: from the batch's arrival to the end
   of the step's last ``optimizer.step()``, minus the transfers before it. Validation steps, and
   training steps without an optimizer step (gradient accumulation): everything after the batch's
-  arrival minus transfers. Keras/Lightning: batch-begin to batch-end callback.
+  arrival minus transfers. Lightning: batch-begin to batch-end callback. Keras: the rest of the
+  step, from one batch-begin callback to the next.
 - ``other_s``: the rest (after the optimizer step: logging, metrics, ``loss.item()``...).
 
 On a GPU these are CPU-side times: work the GPU still has queued lands where the CPU waits for
