@@ -156,6 +156,7 @@ def seed_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # InceptionResNetV2 at 299 px on 2 CPU cores, traced twice
 def test_seed_keras_script_on_tensorflow(tmp_path: Path, seed_data: Path) -> None:
     """The seed's script: every phase compute-bound (InceptionResNetV2 at 299 px on a CPU is
     ~15x slower than the ImageDataGenerator augmentation), epochs 1..N, Keras words only."""

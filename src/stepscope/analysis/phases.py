@@ -175,6 +175,10 @@ class PhaseContext:
     host_cores: int | None = None  # the host's cores (per-CPU series), to see their idle time
     seen: set[tuple[int, str]] = field(default_factory=set)  # (rank, phase) already summarized
     worker_word: str = "DataLoader worker"
+    # Stage-based causes model DataLoader workers; a Keras run (whose torch backend runs a
+    # DataLoader of its own, with no workers) is judged on the process samples like its other
+    # backends, so one script gets one cause whatever the backend.
+    stage_causes: bool = True
 
 
 def phase_window(ph: PhaseRecord, steps: list[StepRecord]) -> tuple[float, float]:
@@ -301,7 +305,7 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
     ctx.seen.add((ph.rank, ph.phase))
     cause = None
     if verdict.verdict == "input-bound":
-        if lf is not None:
+        if lf is not None and ctx.stage_causes:
             cause = decide_cause_from_stages(ev, lf, cap, {"seconds": seconds, "images": images,
                                                            "repeat": repeat})
         cause = cause or decide_input_cause(ev)

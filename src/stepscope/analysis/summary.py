@@ -30,7 +30,7 @@ from stepscope.analysis.phases import (
 from stepscope.analysis.ranks import add_rank_stores, own_processes
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import decide_verdict, gpu_cross_check
-from stepscope.analysis.vocab import framework_of, vocab
+from stepscope.analysis.vocab import KERAS, framework_of, vocab
 from stepscope.atomic import atomic_write_text
 from stepscope.policy import weighted_mean
 from stepscope.store.db import RunReader
@@ -287,7 +287,8 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
                        gpu_index=gpu, stages=_stage_facts(facts), cores=_job_cores(facts, cache),
                        host_cores=sum(1 for s in cache.sources("cpu_util_pct")
                                       if re.fullmatch(r"cpu\d+", s)) or None,
-                       worker_word=vocab(framework_of({"loader": _loader_section(facts)})).worker)
+                       worker_word=vocab(framework_of({"loader": _loader_section(facts)})).worker,
+                       stage_causes=framework_of({"loader": _loader_section(facts)}) != KERAS)
     phases, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
     _mark_cached_phases(phases, facts)
     for p in phases:  # ImageDataGenerator stages (Keras under watch)
