@@ -261,23 +261,22 @@ def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
     in turn when its own consumer asks, so the clock element is made at the request. This
     matters for the first batch of an iterator: tf.data starts producing on the first request,
     which a traced train function makes only after tracing, so the batch-begin callback is not
-    when the batch was asked for. The notes are ``tf.numpy_function`` calls (tens of
-    microseconds per batch, not per image), joined to the batch by a control dependency so the
-    batch cannot reach the train function before they are taken. Structure, dtypes and static
-    shapes of the batch are unchanged.
+    when the batch was asked for. The request clock is ``tf.timestamp`` (a TensorFlow op); the
+    note is one ``tf.numpy_function`` call per batch (tens of microseconds, not per image),
+    joined to the batch by a control dependency so the batch cannot reach the train function
+    before it is taken. Structure, dtypes and static shapes of the batch are unchanged.
     """
 
-    def now() -> Any:
-        import numpy as np  # Keras depends on NumPy
-
-        return np.float64(steps.clock())
+    # The request clock is a TensorFlow op (no Python, no GIL): Unix seconds, turned into this
+    # process's monotonic clock in the one Python call per batch.
+    offset = time.time() - steps.clock()
 
     def note(requested: Any, n: Any) -> Any:
-        steps.batch_ready(token, int(n), float(requested))
+        steps.batch_ready(token, int(n), float(requested) - offset)
         return n
 
     clock = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat().map(
-        lambda _: tf.numpy_function(now, [], tf.float64, stateful=True))
+        lambda _: tf.timestamp())
 
     def mark(requested: Any, structure: Any) -> Any:
         flat = tf.nest.flatten(structure)
