@@ -158,3 +158,18 @@ def test_torch_identity_facts_match_nvml_forms() -> None:
     del facts["torch.cuda0.uuid"]
     facts["gpu1.pci_bus_id"] = "00000000:3B:00.0"
     assert resolve_nvml_index(0, facts) == (1, "PCI bus id")
+
+
+def test_cuda_context_is_nvml_after_init_minus_before() -> None:
+    from stepscope.observe.gpu import measure_cuda_context
+
+    nv, notes = _fake_pynvml(), []
+    me = os.getpid()
+    listed: list[SimpleNamespace] = []  # the process is not on the GPU before CUDA starts
+    nv.__dict__["nvmlDeviceGetComputeRunningProcesses"] = lambda h: list(listed)
+
+    def init() -> None:
+        listed.append(SimpleNamespace(pid=me, usedGpuMemory=500 << 20))
+
+    nvml = Nvml(lambda s, t: notes.append((s, t)), module=nv)
+    assert measure_cuda_context(init, lambda: 2 << 20, nvml, me) == (500 << 20) - (2 << 20)

@@ -191,6 +191,27 @@ class GpuSampler:
         self.nvml.shutdown()
 
 
+def process_gpu_bytes(nvml: Nvml, pid: int) -> int:
+    """Device memory NVML attributes to ``pid``, summed over every GPU (0 when not listed)."""
+    total = 0
+    for index in range(nvml.call("gpu", "nvmlDeviceGetCount") or 0):
+        h = nvml.call(f"gpu{index}", "nvmlDeviceGetHandleByIndex", index)
+        procs = [] if h is None else (
+            nvml.call(f"gpu{index}", "nvmlDeviceGetComputeRunningProcesses", h) or [])
+        total += sum(int(p.usedGpuMemory or 0) for p in procs if p.pid == pid)
+    return total
+
+
+def measure_cuda_context(init: Callable[[], object], reserved: Callable[[], int],
+                         nvml: Nvml, pid: int) -> int:
+    """The CUDA context's device memory: NVML's per-process figure after ``init`` (which
+    creates the context and allocates nothing) minus before, minus what the allocator reserved
+    meanwhile. Call it before anything else touches CUDA."""
+    before = process_gpu_bytes(nvml, pid)
+    init()
+    return max(process_gpu_bytes(nvml, pid) - before - int(reserved()), 0)
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -192,6 +192,8 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
     dist.barrier()  # every rank has checked before any rank creates run files
     resume_state = checkpoint.load_checkpoint(RunDir(run_dir).last_checkpoint) if cfg.resume else None
     baseline_bytes = memory.process_rss_bytes()
+    # Before the model touches the device: the context is measured as it is created.
+    context_bytes = memory.cuda_context_bytes(setup.resolve_device(cfg.device))
     s = setup.build(cfg)
     _apply_memory_controls(cfg, s.device, progress)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -228,6 +230,7 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
     try:
         probe = memory.MemoryProbe(mon, s.model, s.device, name=cfg.model)
         probe.record_static(files, baseline_bytes, workers=s.workers)
+        probe.record_cuda_context(context_bytes)
         probe.record_precision(bf16=s.bf16, bf16_supported=precision.bf16_pays(s.device),
                                channels_last=s.channels_last)
         cache = featcache.create_feature_cache(cfg, bf16=s.bf16, device=s.device, files=files,

@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from stepscope.observe.gpu import torch_device_identity
+from stepscope.observe.base import SamplerUnavailable
+from stepscope.observe.gpu import Nvml, measure_cuda_context, torch_device_identity
 from stepscope.observe.monitor import Monitor
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -77,6 +78,12 @@ class MemoryProbe:
             index = self.device.index if self.device.index is not None else 0
             for key, (value, how) in torch_device_identity(torch, index).items():
                 mon.fact(key, value, how)
+
+    def record_cuda_context(self, context_bytes: int | None) -> None:
+        if context_bytes is not None:
+            self.mon.fact("mem.cuda_context_bytes", context_bytes,
+                          "NVML per-process used memory right after CUDA initialised (an empty "
+                          "tensor, no allocation) − before")
 
     def record_precision(self, *, bf16: bool, bf16_supported: bool, channels_last: bool) -> None:
         self.mon.fact("train.precision", "bf16" if bf16 else "fp32", "autocast dtype of the trunk")
@@ -137,6 +144,23 @@ class MemoryProbe:
             stats = torch.cuda.host_memory_stats()
             self.mon.fact("mem.pinned_bytes", stats.get("reserved_bytes.current", 0),
                           "torch.cuda.host_memory_stats reserved (pinned host memory)")
+
+
+def cuda_context_bytes(device: torch.device) -> int | None:
+    """The CUDA context's size, measured by NVML around CUDA's initialisation (None on a CPU,
+    without NVML, or when CUDA is already initialised and the moment has passed)."""
+    if device.type != "cuda" or torch.cuda.is_initialized():
+        return None
+    try:
+        nvml = Nvml(lambda source, text: None)
+    except SamplerUnavailable:
+        return None
+    try:
+        # An empty tensor creates the context and allocates nothing.
+        return measure_cuda_context(lambda: torch.empty(0, device=device), torch.cuda.memory_reserved,
+                                    nvml, os.getpid())
+    finally:
+        nvml.shutdown()
 
 
 def reset_peak_rss() -> int | None:
