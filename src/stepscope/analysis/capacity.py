@@ -61,9 +61,13 @@ class LoaderFigures:
         """Loader time off-CPU and not waiting for a CPU: disk, network, sleeps."""
         return max(0.0, self.fetch_s - self.fetch_cpu_s - self.fetch_runq_s)
 
+    startup_from_steps_s: float | None = None
+
     @property
     def startup_s(self) -> float:
-        """First wait beyond a typical one: worker start-up (and the first batch's latency)."""
+        """Waits of the phase's first batches beyond a typical one: worker start-up."""
+        if self.startup_from_steps_s is not None:
+            return self.startup_from_steps_s
         if self.first_wait_s is None or self.waits < 2:
             return 0.0
         typical = (self.wait_s - self.first_wait_s) / (self.waits - 1)
@@ -96,6 +100,7 @@ def loader_figures(fact: Any) -> LoaderFigures | None:
         wait_cpu_s=float(fact.get("wait_cpu_s") or 0.0),
         not_ready=int(fact.get("not_ready_steps") or 0),
         first_wait_s=fact.get("first_wait_s"),
+        startup_from_steps_s=fact.get("startup_from_steps_s"),
     )
 
 

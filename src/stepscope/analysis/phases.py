@@ -338,12 +338,27 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
 
 
 def _with_step_waits(fact: Any, steps: list[StepRecord]) -> Any:
-    """``watch`` records the waits as steps only: fill the loop-side figures from them."""
-    if not isinstance(fact, dict) or "waits" in fact or not steps:
+    """``watch`` records the waits as steps only: fill the loop-side figures from them; and
+    the start-up from the steps in either case."""
+    if not isinstance(fact, dict) or not steps:
         return fact
     waits = [s.data_wait_s for s in steps]
-    return {**fact, "waits": len(waits), "wait_s": sum(waits), "first_wait_s": waits[0],
+    out = {**fact, "startup_from_steps_s": _startup_s(waits, fact.get("loader_workers"))}
+    if "waits" in fact:
+        return out
+    return {**out, "waits": len(waits), "wait_s": sum(waits), "first_wait_s": waits[0],
             "not_ready_steps": sum(1 for w in waits if w > NOT_READY_S)}
+
+
+def _startup_s(waits: list[float], workers: Any) -> float | None:
+    """The waits of the first batches beyond a typical wait: each of ``workers`` new workers
+    delivers its first batch only once it has started, so the first ``workers`` waits carry it."""
+    k = max(1, int(workers or 0))
+    if len(waits) <= k + 1:
+        return None
+    rest = sorted(waits[k:])
+    typical = rest[len(rest) // 2]
+    return sum(max(0.0, w - typical) for w in waits[:k])
 
 
 def _loader_fields(lf: LoaderFigures | None, cap: Capacity | None, seconds: float
