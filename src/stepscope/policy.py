@@ -41,6 +41,19 @@ def job_cores(affinity: int, quota_cores: float | None) -> int:
     return max(1, min(affinity, int(quota_cores)))
 
 
+def job_cpu_capacity(affinity: float | None, quota_cores: float | None) -> float | None:
+    """CPU time per second this job may use, in cores: affinity capped by the quota, the
+    quota's fraction kept (1.5 cores of quota is 1.5 core-seconds per second of capacity, though
+    only :func:`job_cores` = 1 core to schedule a worker on); None when neither is known.
+
+    Examples:
+        >>> job_cpu_capacity(16, 2.5), job_cpu_capacity(2, None), job_cpu_capacity(None, None)
+        (2.5, 2.0, None)
+    """
+    vals = [float(v) for v in (affinity, quota_cores) if isinstance(v, (int, float)) and v > 0]
+    return min(vals) if vals else None
+
+
 # -- DataLoader workers ---------------------------------------------------------------------------
 
 # Images per second one CPU worker delivers, by augmentation backend, measured on a 2-core
@@ -266,6 +279,7 @@ __all__ = [
     "cpu_has_native_bf16",
     "default_loader_cores",
     "job_cores",
+    "job_cpu_capacity",
     "max_workers",
     "more_workers",
     "predict_images_per_s",

@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepscope.policy import job_cpu_capacity
+
 # Headroom asked of the loaders over what the model consumes: steps vary, and a queue that is
 # only just fed still stalls on every slow batch.
 HEADROOM = 1.15
@@ -129,9 +131,9 @@ class Capacity:
 
 
 def job_cores(affinity: float | None, quota: float | None) -> float | None:
-    """The cores this job may use: its affinity, capped by a cgroup CPU quota."""
-    vals = [float(v) for v in (affinity, quota) if isinstance(v, (int, float)) and v > 0]
-    return min(vals) if vals else None
+    """The cores this job may use: its affinity, capped by a cgroup CPU quota (as CPU capacity:
+    :func:`stepscope.policy.job_cpu_capacity`)."""
+    return job_cpu_capacity(affinity, quota)
 
 
 def obtainable_cores(cores: float | None, phase: dict[str, Any]) -> float | None:
