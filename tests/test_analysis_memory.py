@@ -97,6 +97,18 @@ def test_gpu_ledger_names_a_tensorflow_preallocated_pool(tmp_path: Path) -> None
     assert any(f["id"] == "gpu_preallocated_pool" for f in s["findings"])
 
 
+def test_gpu_pool_split_by_the_tensorflow_allocator_peak(tmp_path: Path) -> None:
+    facts = {"mem.framework": "tensorflow", "mem.cuda_context_bytes": 300_000_000,
+             "mem.tf_gpu_peak_bytes": 1_200_000_000}
+    run = RunSpec([PhaseSpec(1, gpu_util_pct=30)], facts=facts, device="cuda:0",
+                  gpu_proc_used_bytes=6.5e9, gpu_total_bytes=8e9)
+    mem = _summary(tmp_path, run)["memory"]
+    _adds_up(mem)
+    items = {i["item"]: i["bytes"] for i in mem["ledger"]}
+    assert items["tensorflow tensors at their peak"] == 1_200_000_000
+    assert items["preallocated pool, never used"] == 6_500_000_000 - 300_000_000 - 1_200_000_000
+
+
 def test_pool_detection_by_framework_or_card_share() -> None:
     jax = detect_pool("jax", 6e9, 8e9)
     assert jax is not None and "XLA_PYTHON_CLIENT_PREALLOCATE=false" in jax["fix"]

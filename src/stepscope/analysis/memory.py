@@ -232,14 +232,33 @@ def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fa
     if reserved is not None and framework not in POOL_FIXES:
         items += _allocator_items(cache, torch_src, reserved, facts)
     elif pool is not None:
-        items.append(_item("preallocated pool", used - (context or 0),
-                           "NVML per-process used − CUDA context: " + pool["why"]))
+        items += _pool_items(used - (context or 0), framework, facts, pool["why"])
     ledger = _close(int(used), items, device, notes, GPU_UNATTRIBUTED_TARGET_FRAC)
     ledger["peak_t"] = t_peak
     ledger["gpu_total_bytes"] = card
     show_pool = pool is not None and (framework in POOL_FIXES or reserved is None)
     ledger["preallocated_pool"] = pool if show_pool else None
     return ledger
+
+
+# What TensorFlow's and JAX's own allocators say they held at their peak (watch's Keras hook).
+_POOL_PEAK_FACTS = {"tensorflow": "mem.tf_gpu_peak_bytes", "jax": "mem.jax_peak_bytes"}
+
+
+def _pool_items(pool_bytes: float, framework: str | None, facts: dict[str, Fact],
+                why: str) -> list[LedgerItem]:
+    """The preallocated pool, split into the tensors the framework's allocator held at its
+    peak and the rest of the pool (reserved, never used), where the allocator said so."""
+    key = _POOL_PEAK_FACTS.get(framework or "")
+    peak = _fact_int(facts, key) if key else None
+    if peak is None or peak > pool_bytes:
+        return [_item("preallocated pool", pool_bytes, "NVML per-process used − CUDA context: "
+                      + why)]
+    assert key is not None
+    return [_item(f"{framework} tensors at their peak", peak, facts[key].how_measured
+                  or "the framework allocator's peak"),
+            _item("preallocated pool, never used", pool_bytes - peak,
+                  "NVML per-process used − CUDA context − the allocator's peak: " + why)]
 
 
 def _allocator_items(cache: SampleCache, src: str, reserved: float,

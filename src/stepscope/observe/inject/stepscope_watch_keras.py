@@ -389,10 +389,10 @@ def _runtime_memory(rec: Recorder) -> None:
     jax = sys.modules.get("jax")
     if jax is not None:
         try:
-            stats = jax.local_devices()[0].memory_stats() or {}
-            if "bytes_in_use" in stats:
-                rec.fact("mem.jax_bytes_in_use", int(stats["bytes_in_use"]),
-                         "watch: jax.local_devices()[0].memory_stats()['bytes_in_use']")
+            stats = jax.local_devices()[0].memory_stats() or {}  # None on a CPU
+            if "peak_bytes_in_use" in stats:
+                rec.fact("mem.jax_peak_bytes", int(stats["peak_bytes_in_use"]),
+                         "watch: jax.local_devices()[0].memory_stats()['peak_bytes_in_use']")
         except Exception:
             pass
 
