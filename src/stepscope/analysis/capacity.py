@@ -35,6 +35,7 @@ MIN_STEADY_BATCHES = 3
 MAX_WORKERS_PER_CORE = 2
 # Loaders runnable but waiting for a core this share of their fetch time were denied CPU.
 CONTENDED_FRAC = 0.3
+LATENCY_BOUND_FRAC = 0.3  # loaders blocked (sleeping, not runnable) this share: latency-bound
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,10 @@ def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None
     compute, model_cpu = _model_cpu(phase, lf)
     # Only loaders that were kept waiting for a core were denied one: a job that sleeps on
     # latency uses little CPU however idle the host is, and that says nothing about its cores.
-    contended = lf.fetch_runq_s >= CONTENDED_FRAC * lf.fetch_s
+    # And only loaders that want a CPU most of the time: ones that mostly sleep on latency
+    # overlap their sleeps (and their waits for a core) when there are more of them.
+    contended = lf.fetch_runq_s >= CONTENDED_FRAC * lf.fetch_s \
+        and lf.blocked_s < LATENCY_BOUND_FRAC * lf.fetch_s
     got = obtainable_cores(cores, phase) if contended else cores
     spare = None if got is None else max(0.0, got - (compute if compute is not None else 1.0))
     cpu_rate = None
