@@ -54,6 +54,11 @@ def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
         mode_kind=lambda hint: _phase_now(torch, rec, hint))
     setattr(loop_module, "ACTIVE", loop)  # noqa: B010 (a module attribute mypy cannot see)
     rec.at_exit_hooks.append(loop.flush)
+    baseline = _status_bytes("VmRSS")
+    if baseline is not None:
+        rec.fact("mem.runtime_baseline_bytes", baseline,
+                 "watch: the process's RSS when `import torch` finished (interpreter, torch and "
+                 "what the script imported before it)")
     peak = _StepPeak(torch, rec)
     _patch_loader(torch, rec, loop, count_images, loop_module.IterState, peak)
     _patch_module_mode(torch, rec)
@@ -285,8 +290,8 @@ def _hook_body(torch: ModuleType, rec: Recorder, loop: LoopTracker, peak: _StepP
         rec.optimizer_stepped(t)
         loop.body("optimizer", t)
         if rec.once("ledger"):
-            _ledger_facts(opt, rec)
-            peak.first_optimizer_step()
+            left = _ledger_facts(opt, rec)
+            peak.first_optimizer_step(left)
 
     # torch.optim.optimizer is loaded by `import torch` but not bound as an attribute.
     importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook(post_step)
@@ -331,13 +336,19 @@ class _StepPeak:
             cuda.reset_peak_memory_stats()
             self.cuda_before = int(cuda.memory_allocated())
 
-    def first_optimizer_step(self) -> None:
+    def first_optimizer_step(self, left_bytes: int) -> None:
+        """``left_bytes``: gradients + optimizer state, which the step leaves allocated."""
         self.done = True
         hwm = _status_bytes("VmHWM") if self.rss_before is not None else None
         if hwm is not None and self.rss_before is not None:
-            self.rec.fact("mem.step_peak_rise_bytes", max(hwm - self.rss_before, 0),
+            rise = max(hwm - self.rss_before, 0)
+            self.rec.fact("mem.step_peak_rise_bytes", rise,
                           "watch: VmHWM during the first training step (reset through "
                           "/proc/self/clear_refs at its batch's arrival) − VmRSS then")
+            if not self.torch.cuda.is_initialized():  # on a GPU the activations are not here
+                self.rec.fact("mem.forward_transient_bytes", max(rise - left_bytes, 0),
+                              "watch: first training step's VmHWM rise − gradients − optimizer "
+                              "state (saved-for-backward tensors are not separated under watch)")
         if self.cuda_before is not None:
             peak = int(self.torch.cuda.max_memory_allocated()) - self.cuda_before
             self.rec.fact("mem.cuda_step_peak_bytes", peak,
@@ -360,7 +371,7 @@ def _tensor_bytes(tensors: Iterable[Any]) -> int:
     return sum(int(t.numel()) * int(t.element_size()) for t in tensors)
 
 
-def _ledger_facts(opt: Any, rec: Recorder) -> None:
+def _ledger_facts(opt: Any, rec: Recorder) -> int:
     """Weights, gradients and optimizer state at the first optimizer step (state exists now)."""
     params: dict[int, Any] = {}
     buffers: dict[int, Any] = {}
@@ -386,6 +397,7 @@ def _ledger_facts(opt: Any, rec: Recorder) -> None:
     rec.fact("model.trainable_params", sum(int(p.numel()) for p in trainable),
              f"watch: {source}, requires_grad")
     rec.channel.flush()
+    return _tensor_bytes(grads) + _tensor_bytes(state)
 
 
 def _cuda_identity(torch: ModuleType, rec: Recorder) -> None:
