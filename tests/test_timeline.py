@@ -14,8 +14,10 @@ T0 = 1_000.0
 
 
 def _write_run(run_dir: Path, *, n_samples: int = 1000, n_steps: int = 40) -> Path:
+    # Every sample stays raw here (the window covers the run): bucketing is what is tested;
+    # folding old samples into roll-ups is tested in test_rollups.py.
     w = RunWriter(run_dir, RunInfo(name="tl", command="test", started=T0, pid=1),
-                  clock=lambda: T0 + n_samples)
+                  clock=lambda: T0 + n_samples, keep_raw_samples_s=2.0 * n_samples)
     values = [float(i % 10) for i in range(n_samples)]
     values[500] = 1000.0  # a one-sample spike that averaging would hide
     w.add_samples(Sample(T0 + i, "host", "cpu_util_pct", v) for i, v in enumerate(values))

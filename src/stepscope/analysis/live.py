@@ -40,9 +40,10 @@ def snapshot(reader: RunReader, now: float | None = None) -> LiveSnapshot:
     if phases:
         cur = phases[-1]
         snap.epoch, snap.phase = cur.epoch, cur.phase
-        steps = reader.steps(cur.phase_id)
-        snap.phase_steps, snap.phase_images = len(steps), sum(s.images for s in steps)
-        recent = steps[-RECENT_STEPS:]
+        done = reader.aggregates.step_totals(cur.phase_id)
+        snap.phase_steps = sum(t.steps for t in done)
+        snap.phase_images = sum(t.images for t in done)
+        recent = reader.recent_steps(cur.phase_id, RECENT_STEPS)
         wall = sum(s.wall_s for s in recent)
         if wall > 0:
             snap.images_per_s = sum(s.images for s in recent) / wall

@@ -7,6 +7,7 @@ step but has warm-up steps, those are used and the phase is flagged ``steady: fa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from stepscope.analysis.verdicts import (
     decide_verdict,
     gpu_cross_check,
 )
+from stepscope.store.queries import StepTotals
 from stepscope.store.records import PhaseRecord, ProcessInfo, StepRecord
 
 # As observe/stages.py: a wait over 1 ms means the step found no batch ready.
@@ -109,6 +111,63 @@ def steady_split(steps: list[StepRecord]) -> tuple[StepSplit, bool]:
     return split, steady
 
 
+@dataclass
+class PhaseTotals:
+    """A phase's steps: their raw records while the store keeps them all, else two sums
+    (steady-state and warm-up steps) from the store's totals over raw rows and roll-ups.
+
+    The sums are what lets a ten-million-step run be read in seconds; the raw records add the
+    per-step rule (outlier steps left out, :func:`_outliers`), which needs every step's time and
+    so applies to phases whose steps are all still raw (the store's recent window).
+    """
+
+    steady: StepSplit = field(default_factory=StepSplit)
+    warmup: StepSplit = field(default_factory=StepSplit)
+    raw: list[StepRecord] | None = None
+
+    @classmethod
+    def from_steps(cls, steps: list[StepRecord]) -> PhaseTotals:
+        out = cls(raw=list(steps))
+        for s in steps:
+            (out.warmup if s.warmup else out.steady).add(s)
+        return out
+
+    def add_totals(self, t: StepTotals) -> None:
+        split = self.warmup if t.warmup else self.steady
+        split.merge(StepSplit(t.steps, t.images, t.wall_s, t.data_wait_s, t.transfer_s,
+                              t.compute_s, t.comm_s, t.other_s))
+
+    @property
+    def steps(self) -> int:
+        return self.steady.steps + self.warmup.steps
+
+    def steady_split(self) -> tuple[StepSplit, bool]:
+        """The steady-state split; all steps (``False``) when none is steady."""
+        if self.raw is not None:
+            return steady_split(self.raw)
+        if self.steady.steps or not self.warmup.steps:
+            return self.steady, bool(self.steady.steps)
+        both = StepSplit()
+        both.merge(self.steady)
+        both.merge(self.warmup)
+        return both, False
+
+
+def totals_by_phase(totals: Iterable[StepTotals],
+                    raw: dict[int, list[StepRecord]]) -> dict[int, PhaseTotals]:
+    """Per phase: its raw steps when none was folded away, else the store's totals."""
+    out: dict[int, PhaseTotals] = {}
+    folded: set[int] = set()
+    for t in totals:
+        out.setdefault(t.phase_id, PhaseTotals()).add_totals(t)
+        if t.rolled_steps:
+            folded.add(t.phase_id)
+    for phase_id in out:
+        if phase_id not in folded:
+            out[phase_id] = PhaseTotals.from_steps(raw.get(phase_id, []))
+    return out
+
+
 def split_fields(split: StepSplit) -> dict[str, Any]:
     """The step split as summary keys: fractions, ms per step and ms per image."""
     compute_s = split.compute_s + split.comm_s
@@ -181,12 +240,12 @@ class PhaseContext:
     stage_causes: bool = True
 
 
-def phase_window(ph: PhaseRecord, steps: list[StepRecord]) -> tuple[float, float]:
+def phase_window(ph: PhaseRecord, totals: PhaseTotals) -> tuple[float, float]:
     """Start and end of a phase (end from the last step when the phase row was never closed)."""
     end = ph.ended
     if end is None:
         # Step t_start may come from a monotonic clock; only durations are comparable here.
-        end = ph.started + sum(s.wall_s for s in steps)
+        end = ph.started + totals.steady.wall_s + totals.warmup.wall_s
     return ph.started, end
 
 
@@ -283,17 +342,18 @@ def _io_fields(ev: InputEvidence, seconds: float) -> dict[str, Any]:
     }
 
 
-def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext) -> dict[str, Any]:
+def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> dict[str, Any]:
     """One entry of ``summary["phases"]`` (DESIGN.md keys plus the evidence behind them)."""
-    t0, t1 = phase_window(ph, steps)
+    t0, t1 = phase_window(ph, totals)
     seconds = max(0.0, t1 - t0)
-    split, steady = steady_split(steps)
-    images = ph.images or sum(s.images for s in steps)
+    split, steady = totals.steady_split()
+    images = ph.images or totals.steady.images + totals.warmup.images
     ev, loader_ms = _input_evidence(ph, ctx, t0, t1, images)
     fields = split_fields(split)
     gpu_util = None if ctx.gpu_index is None else _gpu_util(ctx.cache, ctx.gpu_index, t0, t1)
-    verdict = gpu_cross_check(_phase_verdict(split, steady, fields, steps), gpu_util)
-    lf = loader_figures(_with_step_waits(ctx.stages.get(ph.phase_id), steps))
+    # Per-step rules (median step, waits) apply while the phase's steps are all raw (PhaseTotals).
+    verdict = gpu_cross_check(_phase_verdict(split, steady, fields, totals.raw), gpu_util)
+    lf = loader_figures(_with_step_waits(ctx.stages.get(ph.phase_id), totals.raw or []))
     main_cpu = ev.main_cpu_pct
     cap = None if lf is None else build_capacity(
         {**fields, "main_cpu_pct": main_cpu, "seconds": seconds, "images": images,
@@ -312,8 +372,8 @@ def summarize_phase(ph: PhaseRecord, steps: list[StepRecord], ctx: PhaseContext)
     return {
         "phase_id": ph.phase_id, "epoch": ph.epoch, "phase": ph.phase, "rank": ph.rank,
         "started": t0, "ended": t1,
-        "steps": ph.steps or len(steps), "steady_steps": split.steps if steady else 0,
-        "warmup_steps": sum(1 for s in steps if s.warmup),
+        "steps": ph.steps or totals.steps, "steady_steps": split.steps if steady else 0,
+        "warmup_steps": totals.warmup.steps,
         "images": images, "seconds": seconds,
         "images_per_s": images / seconds if seconds > 0 else None,
         **fields,

@@ -37,9 +37,11 @@ from stepscope.analysis.arrivals import (
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio
 from stepscope.analysis.phases import (
     PhaseContext,
+    PhaseTotals,
     StepSplit,
     split_fields,
     summarize_phase,
+    totals_by_phase,
 )
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import BOUND_FRAC, decide_verdict
@@ -117,9 +119,12 @@ def load_rank(reader: RunReader) -> RankData:
     main_pid, processes = own_processes(reader)
     ctx = PhaseContext(cache=SampleCache(reader), processes=processes,
                        main_pid=main_pid, gpu_index=None)
+    # Phase figures from the store's totals (every step, raw or rolled up); the per-step
+    # comparison between ranks uses the raw steps still kept (the recent window on long runs).
     steps_by_phase: dict[int, list[StepRecord]] = {}
     for s in reader.steps():
         steps_by_phase.setdefault(s.phase_id, []).append(s)
+    totals = totals_by_phase(reader.aggregates.step_totals(), steps_by_phase)
     data = RankData(rank=run.rank, world_size=run.world_size,
                     host=_fact_value(facts, "dist.host"),
                     local_rank=_fact_value(facts, "dist.local_rank"),
@@ -131,7 +136,7 @@ def load_rank(reader: RunReader) -> RankData:
                     else run.exit_code)
     for ph in reader.phases():
         steps = steps_by_phase.get(ph.phase_id, [])
-        data.phases.append(summarize_phase(ph, steps, ctx))
+        data.phases.append(summarize_phase(ph, totals.get(ph.phase_id, PhaseTotals()), ctx))
         if ph.phase == "train":
             for s in steps:
                 data.train_steps[(ph.epoch, s.step)] = s

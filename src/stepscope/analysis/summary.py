@@ -21,11 +21,12 @@ from stepscope.analysis.keras_loader import stage_fields
 from stepscope.analysis.memory import footprint_line, gpu_ledger, host_ledger
 from stepscope.analysis.phases import (
     PhaseContext,
+    PhaseTotals,
     StepSplit,
     phase_window,
     split_fields,
-    steady_split,
     summarize_phase,
+    totals_by_phase,
 )
 from stepscope.analysis.ranks import add_rank_stores, own_processes
 from stepscope.analysis.samples import SampleCache
@@ -144,14 +145,14 @@ def _stage_ms(rows: list[dict[str, Any]], stage: str) -> float | None:
 
 
 def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
-                         steps_by_phase: dict[int, list[StepRecord]]) -> dict[str, Any] | None:
+                         totals: dict[int, PhaseTotals]) -> dict[str, Any] | None:
     """Train (or val) over all epochs: one steady-state split, verdict and dominant cause."""
     rows = [p for p in phases if p["phase"] == kind]
     if not rows:
         return None
     split = StepSplit()
     for p in rows:
-        s, steady = steady_split(steps_by_phase.get(p["phase_id"], []))
+        s, steady = totals.get(p["phase_id"], PhaseTotals()).steady_split()
         if steady:
             split.merge(s)
     fields = split_fields(split)
@@ -212,14 +213,17 @@ def monitor_overhead(facts: dict[str, Fact], cache: SampleCache, run_s: float | 
 
 
 def _summarize_phases(reader: RunReader, ctx: PhaseContext, rank: int
-                      ) -> tuple[list[dict[str, Any]], dict[int, list[StepRecord]]]:
-    """(phases of this run's rank, steps by phase id)."""
-    steps_by_phase: dict[int, list[StepRecord]] = {}
+                      ) -> tuple[list[dict[str, Any]], dict[int, PhaseTotals]]:
+    """(phases of this run's rank, step totals by phase id)."""
+    # Per-phase sums from the store (raw steps plus roll-ups); a phase whose steps are all
+    # still raw is read step by step (outlier steps need each step's time).
+    raw: dict[int, list[StepRecord]] = {}
     for s in reader.steps():
-        steps_by_phase.setdefault(s.phase_id, []).append(s)
+        raw.setdefault(s.phase_id, []).append(s)
+    totals = totals_by_phase(reader.aggregates.step_totals(), raw)
     records: list[PhaseRecord] = reader.phases()
-    every = [summarize_phase(ph, steps_by_phase.get(ph.phase_id, []), ctx) for ph in records]
-    return [p for p in every if (p["rank"] or 0) == rank], steps_by_phase
+    every = [summarize_phase(ph, totals.get(ph.phase_id, PhaseTotals()), ctx) for ph in records]
+    return [p for p in every if (p["rank"] or 0) == rank], totals
 
 
 def _loader_section(facts: dict[str, Fact]) -> dict[str, Any]:
@@ -289,7 +293,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
                                       if re.fullmatch(r"cpu\d+", s)) or None,
                        worker_word=vocab(framework_of({"loader": _loader_section(facts)})).worker,
                        stage_causes=framework_of({"loader": _loader_section(facts)}) != KERAS)
-    phases, steps_by_phase = _summarize_phases(reader, ctx, run.rank)
+    phases, totals = _summarize_phases(reader, ctx, run.rank)
     _mark_cached_phases(phases, facts)
     for p in phases:  # ImageDataGenerator stages (Keras under watch)
         f = facts.get(f"keras_stages.phase.{p['phase_id']}")
@@ -307,7 +311,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
         "run": run_section,
         "phases": phases,
         "by_phase": {k: agg for k in ("train", "val")
-                     if (agg := aggregate_phase_kind(k, phases, steps_by_phase)) is not None},
+                     if (agg := aggregate_phase_kind(k, phases, totals)) is not None},
         "epochs": _epochs(phases),
         "memory": memory,
         "host_memory": host_memory,

@@ -4,8 +4,8 @@ A 24-hour run sampled at 1 Hz holds ~86,400 samples per metric, and a long run c
 million steps; nobody can see more points than a plot has pixels, and a report must stay small.
 So every series is cut into at most ``max_points`` equal time buckets, and each bucket keeps its
 minimum, maximum and mean: a one-second spike survives as the bucket's maximum instead of being
-averaged away. The aggregation runs inside SQLite (``GROUP BY bucket`` with ``MIN``/``MAX``), so
-Python only sees the bucketed rows.
+averaged away. The aggregation runs inside the store (``GROUP BY bucket`` with ``MIN``/``MAX``, over
+raw rows and roll-ups together), so Python only sees the bucketed rows.
 
 All series share one bucket grid (``t0`` + ``bucket_s`` x index), so series can be added bucket
 by bucket (e.g. the CPU of all DataLoader workers).
@@ -13,7 +13,6 @@ by bucket (e.g. the CPU of all DataLoader workers).
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,18 +141,10 @@ class Timeline:
         return sorted(s for s, m in self.series if m == metric and s.startswith(prefix))
 
 
-def _con(reader: RunReader) -> sqlite3.Connection:
-    # The reader owns a read-only connection; these queries are read-only aggregates on it.
-    con: sqlite3.Connection = reader._con
-    return con
-
-
-def _time_range(reader: RunReader, con: sqlite3.Connection) -> tuple[float, float]:
+def _time_range(reader: RunReader) -> tuple[float, float]:
     """The run's extent: from the earliest of start/sample/phase to the latest of them."""
     run = reader.run()
-    s0, s1 = con.execute("SELECT MIN(t), MAX(t) FROM samples").fetchone()
-    p0, p1 = con.execute("SELECT MIN(started), MAX(COALESCE(ended, started)) FROM phases").fetchone()
-    q1 = con.execute("SELECT MAX(t_start + wall_s) FROM steps").fetchone()[0]
+    s0, s1, p0, p1, q1 = reader.aggregates.extent()
     starts = [v for v in (run.started or None, s0, p0) if v is not None]
     ends = [v for v in (run.ended, reader.heartbeat(), s1, p1, q1) if v is not None]
     t0 = min(starts) if starts else 0.0
@@ -161,28 +152,13 @@ def _time_range(reader: RunReader, con: sqlite3.Connection) -> tuple[float, floa
     return t0, max(t1, t0)
 
 
-def _bucket_sql(col: str) -> str:
-    # Clamp so the sample at exactly t1 lands in the last bucket, not one past it.
-    return f"MIN(MAX(CAST(({col} - :t0) / :w AS INTEGER), 0), :last)"
-
-
 def load_series(
     reader: RunReader, t0: float, bucket_s: float, max_points: int
 ) -> dict[tuple[str, str], Series]:
     """Every (source, metric) bucketed on the grid ``t0 + k * bucket_s``, k < ``max_points``."""
-    # Every row is read anyway, so a plain table scan beats walking the (metric, source, t) index,
-    # which would fetch each row's value from the table at random. The cost is the sort behind
-    # GROUP BY; SQLite's sorter runs on helper threads once allowed to.
-    sql = (
-        f"SELECT source, metric, {_bucket_sql('t')} AS b, AVG(t), MIN(value), MAX(value), "
-        "AVG(value), COUNT(*) FROM samples NOT INDEXED GROUP BY metric, source, b "
-        "ORDER BY metric, source, b"
-    )
-    args = {"t0": t0, "w": bucket_s, "last": max_points - 1}
-    con = _con(reader)
-    con.execute("PRAGMA threads=4")
     acc: dict[tuple[str, str], tuple[list[Any], ...]] = {}
-    for source, metric, b, t, lo, hi, mean, n in con.execute(sql, args):
+    for source, metric, b, t, lo, hi, mean, n in reader.aggregates.sample_buckets(
+            t0, bucket_s, max_points):
         cols = acc.setdefault((source, metric), ([], [], [], [], [], [0]))
         for col, v in zip(cols[:5], (b, t, lo, hi, mean), strict=True):
             col.append(v)
@@ -197,12 +173,7 @@ def load_step_series(
     reader: RunReader, t0: float, bucket_s: float, max_points: int
 ) -> StepSeries:
     """Per-step timings bucketed by start time: means of each part, maxima of wall and wait."""
-    sql = (
-        f"SELECT {_bucket_sql('t_start')} AS b, AVG(t_start), COUNT(*), SUM(images), "
-        "AVG(wall_s), MAX(wall_s), AVG(data_wait_s), MAX(data_wait_s), AVG(transfer_s), "
-        "AVG(compute_s + COALESCE(comm_s, 0)), AVG(other_s) FROM steps GROUP BY b ORDER BY b"
-    )
-    rows = _con(reader).execute(sql, {"t0": t0, "w": bucket_s, "last": max_points - 1}).fetchall()
+    rows = reader.aggregates.step_buckets(t0, bucket_s, max_points)
     if not rows:
         return StepSeries()
     cols = list(zip(*rows, strict=True))
@@ -216,35 +187,25 @@ def load_step_series(
 
 def load_phase_steps(reader: RunReader) -> list[PhaseSteps]:
     """Per-phase sums of the step parts over steady-state steps (warm-up left out)."""
-    sql = (
-        "SELECT p.phase_id, p.epoch, p.phase, COUNT(s.step), COALESCE(SUM(s.images), 0), "
-        "COALESCE(SUM(s.wall_s), 0), COALESCE(SUM(s.data_wait_s), 0), "
-        "COALESCE(SUM(s.transfer_s), 0), COALESCE(SUM(s.compute_s + COALESCE(s.comm_s, 0)), 0), "
-        "COALESCE(SUM(s.other_s), 0) FROM phases p LEFT JOIN steps s "
-        "ON s.phase_id = p.phase_id AND s.warmup = 0 GROUP BY p.phase_id ORDER BY p.started"
-    )
-    return [PhaseSteps(*row) for row in _con(reader).execute(sql)]
+    steady = {t.phase_id: t for t in reader.aggregates.step_totals() if not t.warmup}
+    out = []
+    for p in reader.phases():
+        t = steady.get(p.phase_id)
+        out.append(PhaseSteps(p.phase_id, p.epoch, p.phase, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
+                   if t is None else
+                   PhaseSteps(p.phase_id, p.epoch, p.phase, t.steps, t.images, t.wall_s,
+                              t.data_wait_s, t.transfer_s, t.compute_s + t.comm_s, t.other_s))
+    return out
 
 
 def load_step_spans(reader: RunReader, max_spans: int) -> tuple[list[StepSpan], bool]:
     """Every step when there are at most ``max_spans``; else consecutive steps merged per phase
     into about ``max_spans`` spans. Returns the spans and whether any were merged."""
-    con = _con(reader)
-    n, first, last = con.execute("SELECT COUNT(*), MIN(t_start), MAX(t_start) FROM steps").fetchone()
-    if not n:
-        return [], False
-    merged = n > max_spans
-    width = (last - first) / max_spans if merged and last > first else None
-    group = "rowid" if width is None else f"phase_id, CAST((t_start - {first!r}) / {width!r} AS INTEGER)"
-    sql = (
-        "SELECT phase_id, MIN(step), MAX(step), COUNT(*), MIN(t_start), MAX(t_start + wall_s), "
-        "SUM(data_wait_s), SUM(transfer_s), SUM(compute_s + COALESCE(comm_s, 0)), SUM(other_s), "
-        f"SUM(images), MAX(warmup) FROM steps GROUP BY {group} ORDER BY MIN(t_start)"
-    )
+    rows, merged = reader.aggregates.step_spans(max_spans)
     spans = [
         StepSpan(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], int(r[10] or 0),
                  bool(r[11]))
-        for r in con.execute(sql)
+        for r in rows
     ]
     return spans, merged
 
@@ -269,8 +230,7 @@ def load_timeline(
         ...     tl = load_timeline(r, max_points=500)
     """
     max_points = max(1, int(max_points))
-    con = _con(reader)
-    t0, t1 = _time_range(reader, con)
+    t0, t1 = _time_range(reader)
     bucket_s = (t1 - t0) / max_points if t1 > t0 else 1.0
     run = reader.run()
     phases = [

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from stepscope.observe import stages
 from stepscope.observe.sampling import phase_io_totals, phase_resident_frac
-from stepscope.observe.steps import GpuEvent, StepTimer
+from stepscope.observe.steps import GpuEvent, OpenStep, StepTimer
 from stepscope.store.db import RunWriter
 from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
 from stepscope.store.rundir import DB_NAME, RunDir
@@ -88,6 +88,8 @@ def _count_images(batch: Any) -> int:
     shape = getattr(first, "shape", None)
     if shape is not None and len(shape) > 0:
         return int(shape[0])
+    if isinstance(first, (int, float)):  # a batch of plain numbers: one item (no len())
+        return 1
     try:
         return len(first)
     except TypeError:
@@ -298,6 +300,7 @@ class Monitor(AbstractContextManager["Monitor"]):
         # each) are skipped and the wait counts as idle.
         thread_time = time.thread_time if not workers else _zero
         step = 0
+        timer = self.timer
         try:
             t0 = self._clock()
             c0 = thread_time()
@@ -310,16 +313,13 @@ class Monitor(AbstractContextManager["Monitor"]):
                 t1 = self._clock()
                 probe.waited(t1 - t0, thread_time() - c0)
                 images = _count_images(batch)
-                self.timer.begin(
-                    phase_id=rec.phase_id, step=step, t_start=t0, data_wait_s=t1 - t0,
-                    images=images, warmup=step < warm,
-                )
+                timer.current = OpenStep(rec.phase_id, step, t0, t1 - t0, images, step < warm)
                 rec.images += images
                 step += 1
                 yield batch
                 t0 = self._clock()
                 c0 = thread_time()
-                self.timer.end(t0)
+                timer.end(t0)
         finally:
             if self.timer.current is not None:  # the loop broke out mid-step
                 self.timer.end(self._clock())

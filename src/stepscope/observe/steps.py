@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,7 +27,7 @@ class GpuEvent(Protocol):
     def elapsed_time(self, end_event: Any) -> float: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class OpenStep:
     """The step being timed right now (the loop body between two loader calls)."""
 
@@ -67,6 +66,7 @@ class StepTimer:
         default_factory=deque
     )
     _clock_offset: float = 0.0
+    _parts: dict[str, _Part] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Steps are timed with a monotonic clock; records carry Unix time so they line up
@@ -79,23 +79,16 @@ class StepTimer:
     ) -> None:
         self.current = OpenStep(phase_id, step, t_start, data_wait_s, images, warmup)
 
-    @contextmanager
-    def part(self, kind: str) -> Iterator[None]:
+    def part(self, kind: str) -> _Part:
         """Time a region of the current step as ``transfer``, ``compute`` or ``comm``."""
-        step = self.current
-        if step is None:  # outside a monitored loader: nothing to attribute it to
-            yield
-            return
-        pair = self._record_start()
-        t0 = self.clock()
-        try:
-            yield
-        finally:
-            dt = self.clock() - t0
-            if pair is not None:
-                pair[1].record()
-                step.gpu_pairs.append((kind, pair[0], pair[1]))
-            setattr(step, f"{kind}_s", getattr(step, f"{kind}_s") + dt)
+        # A small reusable class rather than a @contextmanager generator: this runs twice per
+        # step, and a generator-based context manager costs several microseconds each time.
+        # A part already open (nested, or on another thread) gets a fresh timer of its own.
+        cached = self._parts.get(kind)
+        if cached is None or cached.active:
+            cached = _Part(self, kind)
+            self._parts[kind] = cached
+        return cached
 
     def _record_start(self) -> tuple[GpuEvent, GpuEvent] | None:
         if self.event_factory is None:
@@ -110,18 +103,22 @@ class StepTimer:
         if step is None:
             return
         self.current = None
-        wall = max(t_end - step.t_start, 0.0)
-        rec = StepRecord(
-            phase_id=step.phase_id, step=step.step, t_start=step.t_start + self._clock_offset,
-            wall_s=wall, data_wait_s=step.data_wait_s, transfer_s=step.transfer_s,
-            compute_s=step.compute_s, comm_s=step.comm_s, other_s=0.0, images=step.images,
-            warmup=step.warmup, loss=step.loss,
-        )
+        wall = t_end - step.t_start
+        if wall < 0.0:
+            wall = 0.0
         if step.gpu_pairs:
+            rec = StepRecord(step.phase_id, step.step, step.t_start + self._clock_offset, wall,
+                             step.data_wait_s, step.transfer_s, step.compute_s, 0.0,
+                             step.images, step.warmup, step.comm_s, step.loss)
             self._pending.append((rec, step.gpu_pairs))
             self.resolve(block=False)
-        else:
-            self._emit(rec)
+            return
+        # The CPU-only path, inlined: it runs once per step of every instrumented loop.
+        other = wall - step.data_wait_s - step.transfer_s - step.compute_s - step.comm_s
+        self.emit(StepRecord(step.phase_id, step.step, step.t_start + self._clock_offset, wall,
+                             step.data_wait_s, step.transfer_s, step.compute_s,
+                             other if other > 0.0 else 0.0, step.images, step.warmup,
+                             step.comm_s, step.loss))
 
     def resolve(self, block: bool) -> None:
         """Emit steps whose GPU events have completed; with ``block`` wait for all of them.
@@ -158,6 +155,46 @@ class StepTimer:
         parts = rec.data_wait_s + rec.transfer_s + rec.compute_s + rec.comm_s
         rec.other_s = max(rec.wall_s - parts, 0.0)
         self.emit(rec)
+
+
+class _Part:
+    """One timed region of the open step (see :meth:`StepTimer.part`)."""
+
+    __slots__ = ("_kind", "_pair", "_step", "_t0", "_timer", "active")
+
+    def __init__(self, timer: StepTimer, kind: str) -> None:
+        self._timer = timer
+        self._kind = kind
+        self._step: OpenStep | None = None
+        self._pair: tuple[GpuEvent, GpuEvent] | None = None
+        self._t0 = 0.0
+        self.active = False
+
+    def __enter__(self) -> None:
+        timer = self._timer
+        self.active = True
+        self._step = timer.current  # outside a monitored loader: nothing to attribute it to
+        if self._step is not None:
+            self._pair = timer._record_start() if timer.event_factory is not None else None
+            self._t0 = timer.clock()
+
+    def __exit__(self, *exc: object) -> None:
+        self.active = False
+        step = self._step
+        if step is None:
+            return
+        self._step = None
+        dt = self._timer.clock() - self._t0
+        kind = self._kind
+        if self._pair is not None:
+            self._pair[1].record()
+            step.gpu_pairs.append((kind, self._pair[0], self._pair[1]))
+        if kind == "compute":
+            step.compute_s += dt
+        elif kind == "transfer":
+            step.transfer_s += dt
+        else:
+            setattr(step, f"{kind}_s", getattr(step, f"{kind}_s") + dt)
 
 
 def _synchronize(event: GpuEvent) -> None:

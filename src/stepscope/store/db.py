@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import queue
 import sqlite3
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.errors import StoreError
+from stepscope.store import rollups
+from stepscope.store.queries import Aggregates
 from stepscope.store.records import (
     ArrivalRecord,
     Fact,
@@ -54,7 +57,6 @@ CREATE TABLE IF NOT EXISTS steps (
     transfer_s REAL, compute_s REAL, other_s REAL, images INTEGER, warmup INTEGER,
     comm_s REAL, loss REAL
 );
-CREATE INDEX IF NOT EXISTS steps_phase ON steps (phase_id, step);
 CREATE TABLE IF NOT EXISTS samples (t REAL, source TEXT, metric TEXT, value REAL);
 CREATE INDEX IF NOT EXISTS samples_metric ON samples (metric, source, t);
 CREATE TABLE IF NOT EXISTS processes (
@@ -65,10 +67,13 @@ CREATE TABLE IF NOT EXISTS arrivals (
 );
 CREATE TABLE IF NOT EXISTS notes (t REAL, source TEXT, text TEXT);
 CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value_json TEXT, how_measured TEXT);
-"""
+""" + rollups.ROLLUP_SCHEMA
 
 _PHASE_COLS = ["phase_id", "epoch", "phase", "started", "ended", "steps", "images", "resident_frac_start", "resident_frac_end", "read_bytes_start", "read_bytes_end", "rchar_start", "rchar_end", "workers", "rank"]
+STEP_BATCH = 1024
+STEP_BATCH_S = 0.5
 _STEP_COLS = ["phase_id", "step", "t_start", "wall_s", "data_wait_s", "transfer_s", "compute_s", "other_s", "images", "warmup", "comm_s", "loss"]
+_STEP_ROW = operator.attrgetter(*_STEP_COLS)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -76,6 +81,8 @@ def _connect(path: Path) -> sqlite3.Connection:
     con.execute("PRAGMA journal_mode=WAL")
     # NORMAL is durable across a process kill (only an OS crash can lose the last commit).
     con.execute("PRAGMA synchronous=NORMAL")
+    # A checkpointed WAL is cut back to this size instead of keeping its high-water mark.
+    con.execute("PRAGMA journal_size_limit=4194304")
     return con
 
 
@@ -96,6 +103,9 @@ class RunWriter:
         commit_every_s: float = 1.0,
         clock: Callable[[], float] = time.time,
         db_name: str = DB_NAME,
+        rollup_every_s: float = 5.0,
+        keep_raw_steps: int = rollups.KEEP_RAW_STEPS,
+        keep_raw_samples_s: float = rollups.KEEP_RAW_SAMPLES_S,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -104,12 +114,23 @@ class RunWriter:
         self._commit_every_s = commit_every_s
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._closed = False
+        self._rollup_every_s = rollup_every_s
+        self._keep_raw_steps = keep_raw_steps
+        self._keep_raw_samples_s = keep_raw_samples_s
+        self._newest_sample_t = 0.0
+        self._last_rollup = time.monotonic()
+        # Steps are handed to the writer in batches: waking the writer thread once per step
+        # costs more than the step's own timing.
+        self._step_buf: list[StepRecord] = []
+        self._step_buf_t = 0.0
+        self._step_lock = threading.Lock()
         con = _connect(self.path)
         try:
             with con:
                 con.executescript(_SCHEMA)
                 if con.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 0:
                     con.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                rollups.prepare_writer(con)
                 # A resumed run appends to the same database: phase ids continue after the last.
                 last = con.execute("SELECT MAX(phase_id) FROM phases").fetchone()[0]
                 self.next_phase_id = 0 if last is None else int(last) + 1
@@ -129,7 +150,22 @@ class RunWriter:
 
     # -- producers (any thread) -------------------------------------------------------------
     def add_step(self, rec: StepRecord) -> None:
-        self._queue.put(("step", rec))
+        with self._step_lock:
+            buf = self._step_buf
+            buf.append(rec)
+            if len(buf) == 1:
+                self._step_buf_t = rec.t_start
+            # A batch leaves at 1,024 steps or once it spans half a second of steps, so a live
+            # reader (`stepscope top`) is at most about a second behind.
+            if len(buf) >= STEP_BATCH or rec.t_start - self._step_buf_t >= STEP_BATCH_S:
+                self._step_buf = []
+                self._queue.put(("steps", buf))
+
+    def _hand_over_steps(self) -> None:
+        with self._step_lock:
+            if self._step_buf:
+                buf, self._step_buf = self._step_buf, []
+                self._queue.put(("steps", buf))
 
     def add_samples(self, samples: Iterable[Sample]) -> None:
         self._queue.put(("samples", list(samples)))
@@ -139,6 +175,7 @@ class RunWriter:
 
     def put_phase(self, rec: PhaseRecord) -> None:
         """Insert or update a phase row (call at its start and again at its end)."""
+        self._hand_over_steps()
         self._queue.put(("phase", PhaseRecord(**vars(rec))))
 
     def put_process(self, proc: ProcessInfo) -> None:
@@ -157,6 +194,7 @@ class RunWriter:
     def flush(self, timeout_s: float = 10.0) -> None:
         """Block until everything queued so far is committed."""
         done = threading.Event()
+        self._hand_over_steps()
         self._queue.put(("flush", done))
         done.wait(timeout_s)
 
@@ -165,6 +203,7 @@ class RunWriter:
         if self._closed:
             return
         self._closed = True
+        self._hand_over_steps()
         self._queue.put(("run", {"status": status, "ended": self._clock(), "exit_code": exit_code}))
         self._queue.put(("stop", None))
         self._thread.join(timeout=30.0)
@@ -173,6 +212,7 @@ class RunWriter:
     def _run(self) -> None:
         con = _connect(self.path)
         last_commit = time.monotonic()
+        self._last_rollup = last_commit
         try:
             while True:
                 timeout = max(0.0, self._commit_every_s - (time.monotonic() - last_commit))
@@ -181,7 +221,10 @@ class RunWriter:
                 except queue.Empty:
                     kind, payload = "tick", None
                 if kind == "stop":
+                    self._roll_up(con, final=True)
                     self._commit(con)
+                    with contextlib.suppress(sqlite3.Error):  # a reader may hold the WAL
+                        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                     return
                 if kind == "flush":
                     self._commit(con)
@@ -196,19 +239,35 @@ class RunWriter:
         finally:
             con.close()
 
+    def _roll_up(self, con: sqlite3.Connection, final: bool) -> None:
+        """Fold old raw rows into roll-ups (see :mod:`stepscope.store.rollups`)."""
+        self._last_rollup = time.monotonic()
+        rollups.roll_up_steps(con, final=final, keep_raw=self._keep_raw_steps)
+        if self._newest_sample_t:
+            rollups.roll_up_samples(con, self._newest_sample_t, keep_raw_s=self._keep_raw_samples_s)
+
     def _commit(self, con: sqlite3.Connection) -> None:
+        # Steps still in the producer's batch go in too: a slow loop's last step shows within
+        # one commit period, not one step later.
+        with self._step_lock:
+            buf, self._step_buf = self._step_buf, []
+        if buf:
+            self._apply(con, "steps", buf)
+        if time.monotonic() - self._last_rollup >= self._rollup_every_s:
+            self._roll_up(con, final=False)
         con.execute("UPDATE runs SET heartbeat=? WHERE id=1", (self._clock(),))
         con.commit()
 
     def _apply(self, con: sqlite3.Connection, kind: str, p: Any) -> None:
-        if kind == "step":
-            r: StepRecord = p
-            con.execute(
+        if kind == "steps":
+            # attrgetter builds each row's tuple in C (bools bind as 0/1).
+            con.executemany(
                 f"INSERT INTO steps VALUES ({','.join('?' * len(_STEP_COLS))})",
-                (r.phase_id, r.step, r.t_start, r.wall_s, r.data_wait_s, r.transfer_s,
-                 r.compute_s, r.other_s, r.images, int(r.warmup), r.comm_s, r.loss),
+                map(_STEP_ROW, p),
             )
         elif kind == "samples":
+            if p:
+                self._newest_sample_t = max(self._newest_sample_t, max(s.t for s in p))
             con.executemany(
                 "INSERT INTO samples VALUES (?,?,?,?)",
                 [(s.t, s.source, s.metric, float(s.value)) for s in p],
@@ -242,6 +301,21 @@ class RunWriter:
                 fields["config_json"] = json.dumps(fields.pop("config"), default=str)
             sets = ",".join(f"{k}=?" for k in fields)
             con.execute(f"UPDATE runs SET {sets} WHERE id=1", tuple(fields.values()))
+
+
+def compact_run(run_dir: Path, *, keep_raw_steps: int = 0, db_name: str = DB_NAME) -> None:
+    """Fold a finished run's raw steps into roll-ups, keeping only the newest ``keep_raw_steps``.
+
+    What the writer does as a run goes on, done at once; the analysis reads the same figures.
+    """
+    con = _connect(Path(run_dir) / db_name)
+    try:
+        with con:
+            con.executescript(_SCHEMA)
+        with con:
+            rollups.roll_up_steps(con, final=True, keep_raw=keep_raw_steps)
+    finally:
+        con.close()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -282,6 +356,7 @@ class RunReader:
                 f"{self.path} has schema version {version and version[0]}, this stepscope "
                 f"reads version {SCHEMA_VERSION}: use the stepscope version that recorded it"
             )
+        self._agg = Aggregates(self._con)
         self._mark_if_interrupted()
 
     def close(self) -> None:
@@ -364,6 +439,18 @@ class RunReader:
             out.append((int(r[0]), StepRecord(**d)))
         return out
 
+    def recent_steps(self, phase_id: int, n: int) -> list[StepRecord]:
+        """The last ``n`` raw steps of one phase, oldest first."""
+        rows = self._con.execute(
+            f"SELECT {','.join(_STEP_COLS)} FROM steps WHERE phase_id=? ORDER BY rowid DESC "
+            "LIMIT ?", (phase_id, n)).fetchall()
+        out = []
+        for r in reversed(rows):
+            d = dict(zip(_STEP_COLS, r, strict=True))
+            d["warmup"] = bool(d["warmup"])
+            out.append(StepRecord(**d))
+        return out
+
     def iter_steps(self) -> Iterator[StepRecord]:
         for r in self._con.execute(f"SELECT {','.join(_STEP_COLS)} FROM steps ORDER BY t_start"):
             d = dict(zip(_STEP_COLS, r, strict=True))
@@ -427,7 +514,8 @@ class RunReader:
     # -- samples ----------------------------------------------------------------------------
     def metrics(self) -> list[tuple[str, str]]:
         """Every (source, metric) pair recorded."""
-        rows = self._con.execute("SELECT DISTINCT source, metric FROM samples ORDER BY 1, 2")
+        rows = self._con.execute(
+            f"SELECT DISTINCT source, metric FROM ({self._agg.samples_sql}) ORDER BY 1, 2")
         return [(s, m) for s, m in rows]
 
     def series(
@@ -438,27 +526,17 @@ class RunReader:
         t1: float | None = None,
     ) -> tuple[list[float], list[float]]:
         """Times and values of one metric (one source, or all sources interleaved)."""
-        sql, args = "SELECT t, value FROM samples WHERE metric=?", [metric]
-        args_t: list[Any] = args
-        if source is not None:
-            sql += " AND source=?"
-            args.append(source)
-        if t0 is not None:
-            sql += " AND t>=?"
-            args_t.append(t0)
-        if t1 is not None:
-            sql += " AND t<=?"
-            args_t.append(t1)
-        ts: list[float] = []
-        vs: list[float] = []
-        for t, v in self._con.execute(sql + " ORDER BY t", args):
-            ts.append(t)
-            vs.append(v)
-        return ts, vs
+        return self._agg.series(metric, source, t0, t1)
 
     def sources(self, metric: str) -> list[str]:
-        rows = self._con.execute("SELECT DISTINCT source FROM samples WHERE metric=?", (metric,))
+        rows = self._con.execute(
+            f"SELECT DISTINCT source FROM ({self._agg.samples_sql}) WHERE metric=?", (metric,))
         return sorted(r[0] for r in rows)
+
+    @property
+    def aggregates(self) -> Aggregates:
+        """Bucketed and per-phase aggregates over raw rows and roll-ups together."""
+        return self._agg
 
     def latest(self, since_t: float) -> dict[tuple[str, str], float]:
         """The newest value of every (source, metric) sampled at or after ``since_t``."""
@@ -471,8 +549,7 @@ class RunReader:
         return {(src, metric): float(v) for src, metric, v in rows}
 
     def sample_count(self) -> int:
-        return int(self._con.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+        return self._agg.sample_count()
 
     def time_range(self) -> tuple[float, float] | None:
-        row = self._con.execute("SELECT MIN(t), MAX(t) FROM samples").fetchone()
-        return None if row is None or row[0] is None else (row[0], row[1])
+        return self._agg.time_range()
