@@ -327,3 +327,88 @@ def test_bad_files_found_in_workers_reach_the_main_process(tmp_path: Path) -> No
         seen_images += images.shape[0]
         seen_bad += bad_files
     assert seen_images == 6 and sorted(seen_bad) == sorted(str(p) for p in bad)
+
+
+# --------------------------------------------------------------------------- links and bombs
+
+
+def test_a_link_out_of_the_image_folder_is_refused(seed_layout: Path, tmp_path: Path) -> None:
+    secret = _jpeg(tmp_path.parent / f"{tmp_path.name}-secret" / "secret.jpg")
+    (seed_layout / "images" / "cat.link.jpg").symlink_to(secret)
+    _csv(seed_layout / "linked.csv", [("cat.link.jpg", "cat"), ("cat.0.jpg", "cat"),
+                                      ("dog.0.jpg", "dog")])
+    with pytest.raises(DataError, match=r"is a link to .*secret\.jpg, outside the image folder.*"
+                                        r"--follow-links"):
+        resolve_dataset(csv=seed_layout / "linked.csv", images=seed_layout / "images")
+    split = resolve_dataset(csv=seed_layout / "linked.csv", images=seed_layout / "images",
+                            val_split=0.0, follow_links=True)
+    assert len(split.train) == 3
+
+
+def test_a_link_inside_the_image_folder_is_fine(seed_layout: Path) -> None:
+    (seed_layout / "images" / "cat.alias.jpg").symlink_to(seed_layout / "images" / "cat.1.jpg")
+    _csv(seed_layout / "alias.csv", [("cat.alias.jpg", "cat"), ("dog.0.jpg", "dog")])
+    split = resolve_dataset(csv=seed_layout / "alias.csv", images=seed_layout / "images",
+                            val_split=0.0)
+    assert len(split.train) == 2
+
+
+def test_folder_layout_links_out_are_refused(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    for c in ("cat", "dog"):
+        for i in range(2):
+            _jpeg(root / c / f"{c}{i}.jpg", i)
+    outside = tmp_path / "elsewhere"
+    _jpeg(outside / "x.jpg")
+    (root / "cat" / "shadow.jpg").symlink_to(outside / "x.jpg")
+    (root / "dog" / "sub").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(DataError, match=r"links leading outside it.*shadow\.jpg -> "):
+        resolve_dataset(folder=root)
+    assert len(resolve_dataset(folder=root, follow_links=True, val_split=0.0).train) >= 5
+
+
+def _png(path: Path, w: int, h: int) -> Path:
+    # A flat 1-bit PNG compresses a huge canvas into a few kilobytes: a decompression bomb.
+    Image.new("1", (w, h)).save(path)
+    return path
+
+
+def test_a_decompression_bomb_is_refused_before_decoding(tmp_path: Path,
+                                                          recwarn: pytest.WarningsRecorder) -> None:
+    bomb = _png(tmp_path / "bomb.png", 12_000, 12_000)
+    assert bomb.stat().st_size < 1_000_000
+    for decode in (decode_rgb, open_rgb):
+        with pytest.raises(CorruptImageError, match=r"12000 x 12000 = 144\.0 MP is above the "
+                                                    r"89\.5 MP limit.*--max-image-pixels"):
+            decode(bomb)
+    assert not [w for w in recwarn if issubclass(w.category, Image.DecompressionBombWarning)]
+
+
+def test_the_pixel_limit_is_configurable(tmp_path: Path) -> None:
+    from stepscope.train import data
+
+    img = _png(tmp_path / "wide.png", 3000, 2000)
+    try:
+        data.set_max_image_pixels(1_000_000)
+        with pytest.raises(CorruptImageError, match=r"6\.0 MP is above the 1\.0 MP limit"):
+            decode_rgb(img)
+        data.set_max_image_pixels(0)  # no limit
+        assert decode_rgb(img).shape == (2000, 3000, 3)
+    finally:
+        data.set_max_image_pixels(data.DEFAULT_MAX_IMAGE_PIXELS)
+
+
+def test_a_bomb_in_the_dataset_costs_one_image(tmp_path: Path) -> None:
+    good = _jpeg(tmp_path / "good.jpg")
+    bomb = _png(tmp_path / "bomb.png", 12_000, 12_000)
+    ds = ImageDataset([Item(good, 0), Item(bomb, 1)], create_transform(None, 32, train=False))
+    batch = collate_skip_bad([ds[0], ds[1]])
+    assert batch.images.shape[0] == 1 and batch.bad_files == [str(bomb)]
+
+
+def test_random_bytes_name_the_file_not_a_buffer(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.jpg"
+    junk.write_bytes(b"\x00not an image at all" * 10)
+    with pytest.raises(CorruptImageError) as err:
+        decode_rgb(junk)
+    assert "BytesIO" not in str(err.value) and str(junk) in str(err.value)

@@ -117,6 +117,8 @@ def train(
     y_col: Annotated[str | None, Opt(help="CSV column with classes. [default: Class]")] = None,
     val_split: Annotated[float | None, Opt(help="Validation share when no --val-csv. [default: 0.2]")] = None,
     on_missing: Annotated[str | None, Opt(help="error|skip: listed files that do not exist. [default: error]")] = None,
+    follow_links: Annotated[bool | None, Opt("--follow-links", help="Read image links that lead outside the image folder (refused by default).")] = None,
+    max_image_pixels: Annotated[int | None, Opt(help="Refuse larger images before decoding (decompression bombs); 0: no limit. [default: 89478485]")] = None,
     augment: Annotated[str | None, Opt(help="seed|none|FILE.yaml (Keras ImageDataGenerator keys). [default: seed]")] = None,
     aug_backend: Annotated[str | None, Opt(help="fused (one warp per image, fast) | keras (step by step, the seed's) | gpu. [default: fused]")] = None,
     img_size: Annotated[int | None, Opt(help="Input size in pixels. [default: 299]")] = None,
@@ -190,16 +192,34 @@ def train(
 def predict(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint, e.g. runs/x/checkpoints/best.pt")],
     images: Annotated[list[Path], typer.Argument(help="Image files.")],
+    as_json: Annotated[bool, Opt("--json", help="One JSON list: path, label, probability, error per image.")] = False,
+    max_image_pixels: Annotated[int, Opt(help="Refuse larger images before decoding; 0: no limit.")] = 89_478_485,
 ) -> None:
-    """Print the class and probability for each image.
+    """Print the class and probability for each image, or why that image could not be read.
+
+    Exits 1 if any image failed (the others are still answered).
 
     Example: stepscope predict runs/first/checkpoints/best.pt data/catsdogs/images/cat.1.jpg
     """
+    from stepscope.train.data import set_max_image_pixels
     from stepscope.train.predict import predict as run_predict
 
-    for p in run_predict(checkpoint, images):
-        # Plain tab-separated lines: meant for scripts as much as for people.
-        typer.echo(f"{p.path}\t{p.label}\t{p.probability:.3f}")
+    set_max_image_pixels(max_image_pixels)
+    answers = run_predict(checkpoint, images)
+    if as_json:
+        typer.echo(json.dumps([p.to_dict() for p in answers]))
+    for p in answers if not as_json else []:
+        # Plain tab-separated lines: meant for scripts as much as for people. A failed image
+        # says why on stderr, in its place in the order.
+        if p.error is None:
+            typer.echo(f"{p.path}\t{p.label}\t{p.probability:.3f}")
+        else:
+            typer.echo(f"{p.path}\terror: {p.error}", err=True)
+    failed = sum(p.error is not None for p in answers)
+    if failed:
+        if not as_json:
+            typer.echo(f"{failed} of {len(answers)} image(s) could not be classified", err=True)
+        raise typer.Exit(1)
 
 
 # -- report / explain / compare / top -----------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Checkpoints: written atomically, read with ``weights_only=True``.
+"""Checkpoints: written atomically with their SHA-256 beside them, read with
+``weights_only=True`` after the digest is checked.
 
 A checkpoint is written to a temporary file in the same folder, flushed to disk, then renamed
 over the old one: a crash or a full disk mid-write leaves the previous checkpoint intact, never a
@@ -7,14 +8,17 @@ half-written file (rename within one filesystem is atomic).
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from stepscope.atomic import atomic_open
+from stepscope.atomic import atomic_open, atomic_write_text
 from stepscope.errors import ModelError
 
 
@@ -32,17 +36,65 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> CheckpointWrite:
     # fsync: after a crash or power loss last.pt is the old checkpoint or the new one, whole.
     with atomic_open(path, "wb", fsync=True) as fh:
         torch.save(state, fh)
+    # The digest beside it lets a later load tell a file changed since (tampered, or damaged
+    # on disk) from the one written here; the page cache serves this read.
+    atomic_write_text(_digest_path(path), f"{_sha256(path)}  {path.name}\n")
     return CheckpointWrite(path, path.stat().st_size, time.perf_counter() - t0)
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _check_digest(path: Path) -> None:
+    """Refuse a checkpoint whose bytes differ from those its writer recorded (if it did)."""
+    try:
+        recorded = _digest_path(path).read_text().split()[0]
+    except (OSError, IndexError):
+        return  # written before digests, or copied without one: weights_only still guards
+    actual = _sha256(path)
+    if actual != recorded:
+        raise ModelError(
+            f"{path} refused: its SHA-256 ({actual[:12]}...) differs from the one recorded when "
+            f"it was written ({recorded[:12]}... in {_digest_path(path).name}); the file was "
+            "changed or damaged since. Use another checkpoint, or delete the .sha256 file to "
+            "load it anyway")
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a stepscope checkpoint (tensors and plain Python values only)."""
     if not Path(path).is_file():
         raise ModelError(f"no checkpoint at {path}: expected a file such as RUN/checkpoints/best.pt")
+    _check_digest(Path(path))
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        # weights_only: the unpickler builds tensors and plain values only, so a checkpoint
+        # that was swapped for a malicious pickle is refused instead of running its code.
+        with warnings.catch_warnings():
+            # A foreign pickle makes torch warn about its protocol before refusing it.
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ModelError(
+            f"{path} refused: it holds Python objects other than tensors and plain values "
+            f"({_first_line(exc)}); it was tampered with or not written by stepscope, and is "
+            "not loaded (loading it could run code)") from exc
     except Exception as exc:
-        raise ModelError(f"{path} is not a readable stepscope checkpoint: {exc}") from exc
+        raise ModelError(f"{path} is not a readable stepscope checkpoint (corrupt, truncated or "
+                         f"another format: {_first_line(exc)})") from exc
     if not isinstance(state, dict) or "model" not in state:
         raise ModelError(f"{path} holds no 'model' state: is it a stepscope checkpoint?")
     return state
+
+
+def _first_line(exc: BaseException) -> str:
+    """torch's load errors run to many lines of advice; the first says what went wrong."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0][:200] if lines else type(exc).__name__

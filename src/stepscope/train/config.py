@@ -32,6 +32,8 @@ class TrainConfig:
     y_col: str = "Class"
     val_split: float = 0.2
     on_missing: str = "error"
+    follow_links: bool = False  # trust image links that lead outside the image folder
+    max_image_pixels: int = 89_478_485  # larger images are refused before decoding (0: no limit)
     # input pipeline
     augment: str = "seed"
     aug_backend: str = "fused"
@@ -135,6 +137,7 @@ def validate(cfg: TrainConfig) -> None:
          f"--workers must be 'auto' or a whole number, got {cfg.workers!r}"),
         (cfg.gpu_memory_fraction is None or 0 < cfg.gpu_memory_fraction <= 1,
          "--gpu-memory-fraction must be in (0, 1]"),
+        (cfg.max_image_pixels >= 0, "--max-image-pixels must be >= 0 (0: no limit)"),
     ]
     for ok, message in checks:
         if not ok:

@@ -20,6 +20,7 @@ import csv as csv_module
 import io
 import os
 import random
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Literal, NamedTuple
 import cv2
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from stepscope.errors import DataError
 from stepscope.observe.stages import Stage
@@ -38,6 +39,23 @@ IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".tif", ".t
 _SHOW_FIRST = 5  # how many offending names an error message lists before "and N more"
 _JPEG_SOI = b"\xff\xd8\xff"
 _CV2_RGB: int | None = getattr(cv2, "IMREAD_COLOR_RGB", None)
+# Pillow's own threshold (its DecompressionBombWarning): ~89.5 MP, 268 MB as RGB once decoded.
+# A bigger image in a training set is far more likely a decompression bomb than a photo.
+DEFAULT_MAX_IMAGE_PIXELS = 89_478_485
+_max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
+
+
+def set_max_image_pixels(limit: int | None) -> None:
+    """Refuse images above ``limit`` pixels before decoding them (None or 0: no limit).
+
+    Set once in the trainer process before its DataLoader workers start (they inherit it).
+    """
+    global _max_image_pixels
+    _max_image_pixels = limit or None
+    # Pillow refuses on its own at twice its threshold; a limit raised above it must not be
+    # overruled there (our check has already run when Pillow decodes).
+    if limit is None or limit <= 0 or limit > DEFAULT_MAX_IMAGE_PIXELS:
+        Image.MAX_IMAGE_PIXELS = None if not limit or limit <= 0 else 2 * limit
 
 
 class Item(NamedTuple):
@@ -105,7 +123,9 @@ def open_rgb(path: Path) -> Image.Image:
     Raises:
         CorruptImageError: the file is missing, truncated, corrupt or not an image.
     """
-    return _pil_rgb(_read(path), path)
+    data = _read(path)
+    _check_pixels(data, path)
+    return _pil_rgb(data, path)
 
 
 def decode_rgb(path: Path) -> np.ndarray:
@@ -121,6 +141,7 @@ def decode_rgb(path: Path) -> np.ndarray:
         CorruptImageError: the file is missing, truncated, corrupt or not an image.
     """
     data = _read(path)
+    _check_pixels(data, path)
     if data[:3] == _JPEG_SOI:
         flags = (_CV2_RGB or cv2.IMREAD_COLOR) | cv2.IMREAD_IGNORE_ORIENTATION
         rgb = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
@@ -142,12 +163,40 @@ def _read(path: Path) -> bytes:
         raise CorruptImageError(path, f"{type(exc).__name__}: {exc}") from exc
 
 
+def _check_pixels(data: bytes, path: Path) -> None:
+    """Refuse an image above the pixel limit from its header alone, before any decoding."""
+    if _max_image_pixels is None:
+        return
+    with warnings.catch_warnings():
+        # Pillow warns on open above its own threshold; our limit decides, in our words.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                width, height = img.size
+        except Image.DecompressionBombError as exc:
+            raise CorruptImageError(path, f"refused before decoding: {exc}") from exc
+        except Exception:  # an unreadable header: the decoders say what is wrong
+            return
+    if width * height > _max_image_pixels:
+        raise CorruptImageError(
+            path, f"{width} x {height} = {width * height / 1e6:.1f} MP is above the "
+            f"{_max_image_pixels / 1e6:.1f} MP limit (a decompression bomb, or an image far "
+            f"larger than training needs: {width * height * 3 / 1e6:.0f} MB decoded); refused "
+            "before decoding. Raise --max-image-pixels to allow it")
+
+
 def _pil_rgb(data: bytes, path: Path) -> Image.Image:
     try:
-        img = Image.open(io.BytesIO(data))
-        # Pillow decodes lazily: load() is where a truncated JPEG raises.
-        img.load()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            # Pillow decodes lazily: load() is where a truncated JPEG raises.
+            img.load()
         return _to_rgb(img)
+    except UnidentifiedImageError as exc:
+        # Pillow names the in-memory buffer (<_io.BytesIO object at 0x...>), not the file.
+        raise CorruptImageError(path, "not an image format Pillow can identify (empty, random "
+                                "or another kind of file)") from exc
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise CorruptImageError(path, f"{type(exc).__name__}: {exc}") from exc
 
@@ -184,6 +233,7 @@ def resolve_dataset(
     val_split: float = 0.2,
     seed: int = 0,
     on_missing: Literal["error", "skip"] = "error",
+    follow_links: bool = False,
 ) -> DatasetSplit:
     """Resolve the user's dataset arguments into checked train/val items.
 
@@ -192,9 +242,13 @@ def resolve_dataset(
     (or with `folder`) the validation set is a stratified random `val_split` of the training
     rows, fixed by `seed`. Classes are sorted names, labels index into them.
 
+    Every image path is resolved (symlinks included) and must stay inside the image folder
+    (``folder`` or ``images``) unless ``follow_links``: a link in a dataset pointing at
+    ``/etc/shadow`` is refused, not read.
+
     Raises:
         DataError: both or neither source given, CSV not found, a missing column, a file path
-            escaping the image folder, listed files missing (`on_missing="error"`), fewer than two
+            or link escaping the image folder, listed files missing (`on_missing="error"`), fewer than two
             classes, no images.
 
     Examples:
@@ -212,15 +266,17 @@ def resolve_dataset(
     if not 0.0 <= val_split < 1.0:
         raise DataError(f"val_split must be in [0, 1), got {val_split}")
     if folder is not None:
-        train_rows, val_rows = _stratified_split(_scan_folder(folder), val_split, seed)
+        train_rows, val_rows = _stratified_split(_scan_folder(folder, follow_links), val_split,
+                                                 seed)
         return _to_split(train_rows, val_rows, [])
     assert csv is not None
     image_dir = images if images is not None else csv.parent
-    rows, skipped = _read_csv_rows(csv, image_dir, x_col, y_col, on_missing)
+    rows, skipped = _read_csv_rows(csv, image_dir, x_col, y_col, on_missing, follow_links)
     if val_csv is None:
         train_rows, val_rows = _stratified_split(rows, val_split, seed)
     else:
-        val_rows, val_skipped = _read_csv_rows(val_csv, image_dir, x_col, y_col, on_missing)
+        val_rows, val_skipped = _read_csv_rows(val_csv, image_dir, x_col, y_col, on_missing,
+                                               follow_links)
         train_rows, skipped = rows, skipped + val_skipped
     return _to_split(train_rows, val_rows, skipped)
 
@@ -255,7 +311,8 @@ def _to_split(
 
 
 def _read_csv_rows(
-    csv_path: Path, image_dir: Path, x_col: str, y_col: str, on_missing: str
+    csv_path: Path, image_dir: Path, x_col: str, y_col: str, on_missing: str,
+    follow_links: bool = False,
 ) -> tuple[list[tuple[Path, str]], list[str]]:
     if not csv_path.is_file():
         raise DataError(f"CSV not found: {csv_path}; give the path of an existing CSV file.")
@@ -277,7 +334,7 @@ def _read_csv_rows(
     for name, label, line in raw:
         if not name.strip() or not label.strip():
             raise DataError(f"{csv_path} line {line}: empty {x_col!r} or {y_col!r} cell.")
-        path = _inside(image_dir, name.strip(), csv_path, line)
+        path = _inside(image_dir, name.strip(), csv_path, line, follow_links)
         if path.is_file():
             rows.append((path, label.strip()))
         else:
@@ -292,11 +349,13 @@ def _read_csv_rows(
     return rows, missing
 
 
-def _inside(image_dir: Path, name: str, csv_path: Path, line: int) -> Path:
+def _inside(image_dir: Path, name: str, csv_path: Path, line: int,
+            follow_links: bool = False) -> Path:
     """Join a CSV file name to the image folder, refusing names that lead outside it.
 
-    The check is lexical (normpath, no symlink resolution): `../x.jpg` or an absolute path
-    elsewhere is refused, while a symlink the user placed inside the folder is trusted.
+    First lexically (`../x.jpg`, an absolute path elsewhere), then with every symlink resolved,
+    so a link placed in the folder cannot hand out a file from elsewhere (unless
+    ``follow_links``).
     """
     root = os.path.normpath(os.path.abspath(image_dir))
     joined = os.path.normpath(os.path.join(root, name))
@@ -305,17 +364,41 @@ def _inside(image_dir: Path, name: str, csv_path: Path, line: int) -> Path:
             f"{csv_path} line {line}: file {name!r} points outside the image folder {root}; "
             "expected a path relative to --images. Fix the CSV row."
         )
+    escape = None if follow_links else _link_escape(Path(joined), Path(root))
+    if escape is not None:
+        raise DataError(
+            f"{csv_path} line {line}: file {name!r} is a link to {escape}, outside the image "
+            f"folder {root}; remove the link, or pass --follow-links to trust it."
+        )
     return Path(joined)
 
 
-def _scan_folder(folder: Path) -> list[tuple[Path, str]]:
+def _link_escape(path: Path, root: Path) -> str | None:
+    """Where ``path`` really leads when that is outside ``root`` (both resolved), else None."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return None if os.path.commonpath([real_root, real]) == real_root else real
+
+
+def _scan_folder(folder: Path, follow_links: bool = False) -> list[tuple[Path, str]]:
     if not folder.is_dir():
         raise DataError(f"dataset folder not found: {folder}; expected one subfolder per class.")
     rows: list[tuple[Path, str]] = []
+    escapes: list[str] = []
     for class_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
         for path in sorted(class_dir.rglob("*")):
             if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
+                escape = None if follow_links else _link_escape(path, folder)
+                if escape is not None:
+                    escapes.append(f"{path} -> {escape}")
                 rows.append((path, class_dir.name))
+    if escapes:
+        more = f" and {len(escapes) - _SHOW_FIRST} more" if len(escapes) > _SHOW_FIRST else ""
+        raise DataError(
+            f"{len(escapes)} image(s) under {folder} are links leading outside it: "
+            f"{', '.join(escapes[:_SHOW_FIRST])}{more}; remove them, or pass --follow-links "
+            "to trust them."
+        )
     if not rows:
         raise DataError(
             f"no images found under {folder}; expected {folder}/<class>/<image> files with "

@@ -129,6 +129,8 @@ def build(cfg: TrainConfig) -> Setup:
     threads = cfg.threads or cores
     if device.type == "cpu":
         torch.set_num_threads(threads)
+    # Set before the loaders' workers fork: they inherit the limit.
+    data.set_max_image_pixels(cfg.max_image_pixels)
     split = data.resolve_dataset(
         csv=Path(cfg.csv) if cfg.csv else None,
         val_csv=Path(cfg.val_csv) if cfg.val_csv else None,
@@ -137,6 +139,7 @@ def build(cfg: TrainConfig) -> Setup:
         folder=Path(cfg.folder) if cfg.folder else None,
         val_split=cfg.val_split, seed=cfg.seed,
         on_missing="skip" if cfg.on_missing == "skip" else "error",
+        follow_links=cfg.follow_links,
     )
     workers = resolve_workers(cfg.workers, cores=cores, device=device, backend=cfg.aug_backend)
     _single_threaded_opencv()

@@ -503,6 +503,7 @@ def _resolve_split(cfg: TrainConfig) -> data.DatasetSplit:
         images=Path(cfg.images) if cfg.images else None, x_col=cfg.x_col, y_col=cfg.y_col,
         folder=Path(cfg.folder) if cfg.folder else None, val_split=cfg.val_split, seed=cfg.seed,
         on_missing="skip" if cfg.on_missing == "skip" else "error",
+        follow_links=cfg.follow_links,
     )
 
 
