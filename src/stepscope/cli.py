@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from stepscope.errors import StepscopeError
+from stepscope.errors import StepscopeError, disk_error
 from stepscope.store.rundir import RunDir
 
 app = typer.Typer(
@@ -538,4 +538,13 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("stepscope: interrupted")
         raise SystemExit(130) from None
+    except OSError as exc:
+        # The disk failing under any other write (report.html, trace.json, run.db at the
+        # start): one line that names it, not a traceback.
+        err = disk_error(exc, str(exc.filename or "the run directory"),
+                         "free space (or choose another directory) and run the command again")
+        if err is None or debug:
+            raise
+        err_console.print(f"stepscope: error: {err}", markup=False)
+        raise SystemExit(2) from None
 

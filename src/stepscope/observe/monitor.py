@@ -266,6 +266,11 @@ class Monitor(AbstractContextManager["Monitor"]):
     def __enter__(self) -> Monitor:
         return self.start()
 
+    @property
+    def store_error(self) -> str | None:
+        """Why recording stopped mid-run (a write to run.db failed, e.g. a full disk), if it did."""
+        return self.writer.error if self.writer is not None else None
+
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,

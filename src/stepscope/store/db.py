@@ -10,6 +10,7 @@ heartbeat; a reader that finds a run still ``running`` whose process is gone mar
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import operator
 import os
@@ -119,6 +120,7 @@ class RunWriter:
         self._keep_raw_samples_s = keep_raw_samples_s
         self._newest_sample_t = 0.0
         self._last_rollup = time.monotonic()
+        self.error: str | None = None  # why recording stopped (a write failed), if it did
         # Steps are handed to the writer in batches: waking the writer thread once per step
         # costs more than the step's own timing.
         self._step_buf: list[StepRecord] = []
@@ -220,24 +222,45 @@ class RunWriter:
                     kind, payload = self._queue.get(timeout=timeout)
                 except queue.Empty:
                     kind, payload = "tick", None
-                if kind == "stop":
-                    self._roll_up(con, final=True)
-                    self._commit(con)
-                    with contextlib.suppress(sqlite3.Error):  # a reader may hold the WAL
-                        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    return
                 if kind == "flush":
-                    self._commit(con)
-                    last_commit = time.monotonic()
+                    if not self.error:
+                        self._guarded(con, self._commit)
                     payload.set()
+                    last_commit = time.monotonic()
                     continue
+                if self.error:  # recording stopped: drain the queue so producers never block
+                    if kind == "stop":
+                        return
+                    continue
+                if kind == "stop":
+                    self._guarded(con, self._finish)
+                    return
                 if kind != "tick":
-                    self._apply(con, kind, payload)
+                    self._guarded(con, functools.partial(self._apply, kind=kind, p=payload))
                 if time.monotonic() - last_commit >= self._commit_every_s:
-                    self._commit(con)
+                    self._guarded(con, self._commit)
                     last_commit = time.monotonic()
         finally:
             con.close()
+
+    def _guarded(self, con: sqlite3.Connection, work: Callable[[sqlite3.Connection], None]) -> None:
+        """Run ``work``; a failed write (full disk, I/O error) stops recording, not training.
+
+        The transaction in flight is rolled back, so the database keeps every earlier commit and
+        stays readable; ``self.error`` says why recording stopped (the trainer reports it).
+        """
+        try:
+            work(con)
+        except (sqlite3.Error, OSError) as exc:
+            self.error = f"{exc} (writing {self.path})"
+            with contextlib.suppress(sqlite3.Error):
+                con.rollback()
+
+    def _finish(self, con: sqlite3.Connection) -> None:
+        self._roll_up(con, final=True)
+        self._commit(con)
+        with contextlib.suppress(sqlite3.Error):  # a reader may hold the WAL
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _roll_up(self, con: sqlite3.Connection, final: bool) -> None:
         """Fold old raw rows into roll-ups (see :mod:`stepscope.store.rollups`)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -34,8 +35,16 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> CheckpointWrite:
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     # fsync: after a crash or power loss last.pt is the old checkpoint or the new one, whole.
-    with atomic_open(path, "wb", fsync=True) as fh:
-        torch.save(state, fh)
+    try:
+        with atomic_open(path, "wb", fsync=True) as fh:
+            torch.save(state, fh)
+    except RuntimeError as exc:
+        # Ctrl-C (or SIGTERM, see loop.stop_on_sigterm) inside torch.save: its zip writer's
+        # cleanup then fails too and reports that instead. The temporary file is gone either
+        # way; what the caller must see is the interrupt.
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            raise exc.__context__ from None
+        raise
     # The digest beside it lets a later load tell a file changed since (tampered, or damaged
     # on disk) from the one written here; the page cache serves this read.
     atomic_write_text(_digest_path(path), f"{_sha256(path)}  {path.name}\n")
@@ -82,10 +91,14 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             warnings.simplefilter("ignore", UserWarning)
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
+        # torch's message goes on to suggest weights_only=False: exactly what must not happen.
+        found = re.search(r"GLOBAL ([\w.]+)|WeightsUnpickler error:\s*(.+)", str(exc))
+        detail = (found.group(1) or found.group(2) or "").strip()[:120] if found else ""
+        what = f" ({detail})" if detail else ""
         raise ModelError(
-            f"{path} refused: it holds Python objects other than tensors and plain values "
-            f"({_first_line(exc)}); it was tampered with or not written by stepscope, and is "
-            "not loaded (loading it could run code)") from exc
+            f"{path} refused: it holds Python objects other than tensors and plain values{what}; "
+            "it was tampered with or not written by stepscope, and is not loaded (loading it "
+            "could run code)") from exc
     except Exception as exc:
         raise ModelError(f"{path} is not a readable stepscope checkpoint (corrupt, truncated or "
                          f"another format: {_first_line(exc)})") from exc

@@ -6,7 +6,11 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import signal
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -14,7 +18,7 @@ from typing import Any, Protocol
 import torch
 
 from stepscope.atomic import atomic_open
-from stepscope.errors import StepscopeError
+from stepscope.errors import StepscopeError, disk_error
 from stepscope.observe.monitor import LiveStats, Monitor
 from stepscope.store.rundir import RunDir
 from stepscope.train import checkpoint, data, featcache, gpuaug, memory, precision, setup
@@ -99,11 +103,16 @@ def run_phase(
         batches, forward = cache.source(phase, batches, net, epoch=epoch + 1)
     progress.phase_start(epoch, epochs, phase, len(batches))
     grad = contextlib.nullcontext() if training else torch.no_grad()
+    shape_hint: torch.Tensor | None = None
     with grad:
         for i, (x, y, bad_files) in enumerate(mon.loader(batches, phase=phase, epoch=epoch + 1)):
             bad.extend(bad_files)
             if len(y) == 0:  # every image of this batch was unreadable
+                if training and s.ddp is not None:
+                    _null_step(net, optimizer, shape_hint, device)
                 continue
+            if shape_hint is None:
+                shape_hint = x[:1]
             with mon.copy():
                 # non_blocking only overlaps with compute when the batch sits in pinned memory.
                 x = x.to(device, non_blocking=True)
@@ -161,6 +170,67 @@ def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
             w.writerow({k: row.get(k, "") for k in METRICS_FIELDS})
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (a scheduler stopping the job, `kill`) ends the run as Ctrl-C does.
+
+    By default SIGTERM kills the process where it stands: mid checkpoint write that leaves the
+    temporary file behind and the run marked running. As KeyboardInterrupt it unwinds: the
+    atomic write removes its temporary (the previous checkpoint stays), the run is marked
+    interrupted. Only the main thread may set a handler; elsewhere this does nothing.
+    """
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+def _null_step(net: Any, optimizer: torch.optim.Optimizer | None,
+               shape_hint: torch.Tensor | None, device: torch.device) -> None:
+    """A rank whose batch was all unreadable still joins the step's all-reduce.
+
+    Under DDP every rank's backward all-reduces the gradients; a rank that skipped the step
+    would leave the others waiting in that collective until its timeout (600 s). So it runs a
+    zero-weighted forward and backward (gradients 0: the step averages the other ranks'
+    batches) and steps its optimizer with the averaged gradients, so its weights stay equal to
+    theirs.
+    """
+    if optimizer is None or shape_hint is None:
+        return
+    optimizer.zero_grad(set_to_none=True)
+    out = net(torch.zeros_like(shape_hint, device=device).float())
+    (out.float().sum() * 0.0).backward()
+    optimizer.step()
+
+
+@contextlib.contextmanager
+def _disk_errors(run_dir: Path, what: str) -> Iterator[None]:
+    """The rule when the run's disk fails (full, read-only, quota): training stops at once with
+    one line naming the disk; every file written before is whole (writes are atomic, so the
+    previous checkpoint survives) and run.db keeps everything committed."""
+    try:
+        yield
+    except OSError as exc:
+        err = disk_error(exc, f"{what} in {run_dir}",
+                         f"training stopped; the previous checkpoint is intact. Free space, then "
+                         f"continue with --resume {run_dir}")
+        if err is None:
+            raise
+        raise err from exc
+
+
+def _check_writable(run_dir: Path) -> None:
+    """Before any training: the run directory must take files (not read-only, not full)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".stepscope-probe-"):
+            pass
+    except OSError as exc:
+        raise StepscopeError(
+            f"cannot write to the run directory {run_dir} ({exc.strerror or exc}); choose a "
+            "writable --out, or fix the directory's permissions") from exc
+
+
 def _is_better(metric: str, value: float, best: float | None) -> bool:
     if best is None:
         return True
@@ -175,6 +245,7 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
         >>> train(cfg).run_dir
     """
     progress = progress or _Quiet()
+    stop_on_sigterm()
     if cfg.alloc_conf:
         # The CUDA caching allocator reads this once, when CUDA is first used: set it first.
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = cfg.alloc_conf
@@ -189,6 +260,7 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
             f"{run_dir} already holds a run: use --resume {run_dir} to continue it, "
             "or another --out to start a new one"
         )
+    _check_writable(run_dir)
     dist.barrier()  # every rank has checked before any rank creates run files
     resume_state = checkpoint.load_checkpoint(RunDir(run_dir).last_checkpoint) if cfg.resume else None
     baseline_bytes = memory.process_rss_bytes()
@@ -223,6 +295,7 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
         host_samplers=dist.local_rank == 0,
     )
     status = "failed"
+    store_told = False
     all_bad: list[str] = []
     if cfg.monitor:  # without it the Monitor still frames steps for the progress line, stores nothing
         mon.start()
@@ -256,8 +329,12 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
             row["seconds"] = time.perf_counter() - t_epoch
             rows.append(row)
             if dist.is_primary:
-                best = _save_checkpoints(mon, s, optimizer, cfg, run_dir, epoch, rows, best)
-                _write_metrics(RunDir(run_dir).metrics_csv, rows)
+                with _disk_errors(run_dir, "checkpoints and metrics.csv"):
+                    best = _save_checkpoints(mon, s, optimizer, cfg, run_dir, epoch, rows, best)
+                    _write_metrics(RunDir(run_dir).metrics_csv, rows)
+            if mon.store_error and not store_told:
+                store_told = True
+                progress.message(f"recording stopped, training goes on: {mon.store_error}")
             if all_bad:
                 progress.message(_bad_files_message(all_bad))
             progress.epoch_end(row)
