@@ -111,10 +111,14 @@ def test_inline_cpu_loading_with_a_core_to_spare_wants_workers(synth400: Path,
              aug_backend="keras", workers="0", threads=SMALL_THREADS, max_steps=FIRM_STEPS)
     tr = s["by_phase"]["train"]
     assert tr["verdict"] == "input-bound"
-    assert tr["input_cause"] == "workers", tr["input_evidence"]
     assert tr["data_wait_frac"] >= 0.5
     fix = next(f["fix"] for f in s["findings"] if f["id"] == "input_bound_train")
-    assert "--workers" in fix
+    if tr["input_cause"] == "cpu":  # only with proof the host denied the job its spare core
+        assert any("other processes left it" in line for line in tr["input_evidence"])
+        assert "--workers" not in fix
+    else:
+        assert tr["input_cause"] == "workers", tr["input_evidence"]
+        assert "--workers" in fix
 
 
 @pytest.mark.slow  # ~20 s: a 299 px trunk on two cores
