@@ -237,3 +237,28 @@ def test_phase_hint_api_sets_the_active_tracker(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(StepscopeError, match="unknown phase"), stepscope.phase_hint("test"):
         pass
     h.messages()
+
+
+def test_cuda_context_measured_around_lazy_init() -> None:
+    from types import SimpleNamespace
+
+    from stepscope.observe.inject import stepscope_watch_torch as hooks
+
+    h = _Harness()
+    me = os.getpid()
+    listed: list[SimpleNamespace] = []
+    nv = SimpleNamespace(
+        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: "h0",
+        nvmlDeviceGetComputeRunningProcesses=lambda h: list(listed))
+    state = {"init": False}
+
+    def lazy_init() -> None:  # creating the context: NVML lists the process with 480 MB
+        state["init"] = True
+        listed.append(SimpleNamespace(pid=me, usedGpuMemory=480 << 20))
+
+    cuda = SimpleNamespace(_lazy_init=lazy_init, is_initialized=lambda: state["init"])
+    hooks._hook_cuda_init(SimpleNamespace(cuda=cuda), h.rec, nvml=nv)
+    cuda._lazy_init()
+    cuda._lazy_init()  # already initialised: measured once
+    facts = [m for m in h.messages() if m[0] == "F" and m[1] == "mem.cuda_context_bytes"]
+    assert [f[2] for f in facts] == [480 << 20]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -65,6 +66,7 @@ def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
     _patch_transfers(torch, rec, loop)
     _hook_body(torch, rec, loop, peak)
     rec.periodic.append(lambda: _cuda_memory(torch, rec))
+    _hook_cuda_init(torch, rec)
     return loop
 
 
@@ -398,6 +400,56 @@ def _ledger_facts(opt: Any, rec: Recorder) -> int:
              f"watch: {source}, requires_grad")
     rec.channel.flush()
     return _tensor_bytes(grads) + _tensor_bytes(state)
+
+
+def _hook_cuda_init(torch: ModuleType, rec: Recorder, nvml: Any = None) -> None:
+    """Measure the CUDA context as it is created: NVML's memory for this process just before
+    and just after ``torch.cuda._lazy_init`` (which creates the context and allocates nothing).
+    Only where ``pynvml`` is importable in the watched interpreter; otherwise not measured."""
+    orig = getattr(torch.cuda, "_lazy_init", None)
+    if orig is None or torch.cuda.is_initialized():
+        return
+
+    def _lazy_init() -> Any:
+        if torch.cuda.is_initialized() or not rec.owner():
+            return orig()
+        nv = nvml if nvml is not None else _try_pynvml()
+        before = _nvml_process_bytes(nv)
+        out = orig()
+        after = _nvml_process_bytes(nv)
+        if before is not None and after is not None and rec.once("cuda-context"):
+            rec.fact("mem.cuda_context_bytes", max(after - before, 0),
+                     "watch: NVML per-process used memory right after torch initialised CUDA "
+                     "(before any allocation) − before")
+        return out
+
+    torch.cuda._lazy_init = _lazy_init
+
+
+def _try_pynvml() -> Any:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # no NVML here: the context is simply not measured
+        return None
+
+
+def _nvml_process_bytes(nv: Any) -> int | None:
+    """This process's device memory over every GPU, per NVML (None without NVML)."""
+    if nv is None:
+        return None
+    pid, total = os.getpid(), 0
+    try:
+        for index in range(nv.nvmlDeviceGetCount()):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            for p in nv.nvmlDeviceGetComputeRunningProcesses(handle) or []:
+                if p.pid == pid:
+                    total += int(p.usedGpuMemory or 0)
+    except Exception:
+        return None
+    return total
 
 
 def _cuda_identity(torch: ModuleType, rec: Recorder) -> None:
