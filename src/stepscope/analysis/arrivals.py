@@ -20,8 +20,9 @@ How late a rank was at all-reduce n (``late_s``):
 A rank is late at an all-reduce when ``late_s`` is at least ``LATE_MIN_S`` and at least
 ``LATE_STEP_FRAC`` of the median step period (time between a rank's consecutive arrivals).
 Recurrence over the compared all-reduces: ``every step`` when it is late in at least
-``EVERY_STEP_FRAC`` of them; ``one stretch`` when at least ``STRETCH_MIN`` consecutive late
-all-reduces hold ``STRETCH_SHARE`` of its late ones; ``scattered`` otherwise (noise: no claim).
+``EVERY_STEP_FRAC`` of them; ``one stretch`` when it is late at least ``STRETCH_MIN`` times in a
+row and at most ``STRETCH_OUTSIDE_FRAC`` of the all-reduces outside that run (on time before
+and after); ``scattered`` otherwise (noise: no claim).
 A straggler is a rank late ``every step`` or for ``one stretch``.
 """
 
@@ -36,11 +37,11 @@ from typing import Any
 from stepscope.store.records import ArrivalRecord
 
 WARMUP_ALLREDUCES = 3  # as the step warm-up: first-iteration allocation and bucket rebuilds
-LATE_MIN_S = 0.010  # below 10 ms, scheduling noise on a loaded shared host (measured: 2-8 ms)
-LATE_STEP_FRAC = 0.25  # a quarter of a step: a real drag on every rank, not jitter
+LATE_MIN_S = 0.020  # below 20 ms, scheduling noise on a loaded shared host (measured: up to ~30 ms)
+LATE_STEP_FRAC = 0.10  # a tenth of a step: a real drag on every rank (its loss is the others' wait)
 EVERY_STEP_FRAC = 0.6
 STRETCH_MIN = 5
-STRETCH_SHARE = 0.8
+STRETCH_OUTSIDE_FRAC = 0.2  # late at most this share of the all-reduces outside the stretch
 MEASURED = "measured: hand-over timestamps of the ranks on one host, one clock"
 INFERRED = ("inferred: ranks on several hosts, so from how long each waited for the all-reduce "
             "to complete (whoever waits least arrived last), not from their clocks")
@@ -143,7 +144,8 @@ def recurrence(late: Sequence[bool]) -> str:
     if n_late / len(late) >= EVERY_STEP_FRAC:
         return "every step"
     _, length = longest_run(late)
-    if length >= STRETCH_MIN and length / n_late >= STRETCH_SHARE:
+    outside = len(late) - length
+    if length >= STRETCH_MIN and (n_late - length) <= STRETCH_OUTSIDE_FRAC * max(outside, 1):
         return "one stretch"
     return "scattered"
 
