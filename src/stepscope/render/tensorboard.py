@@ -26,6 +26,7 @@ What goes where (TensorBoard groups tags by the part before the first ``/``):
 
 from __future__ import annotations
 
+import html
 import os
 import socket
 import time
@@ -210,8 +211,14 @@ def _sampled_events(ev: EventWriter, timeline: Timeline) -> list[str]:
 
 
 # -- the words --------------------------------------------------------------------------------------
+def _md_text(v: Any) -> str:
+    """A user-controlled string (file, class or run name, command line, note) as inert text:
+    TensorBoard renders these summaries as Markdown, and Markdown passes raw HTML through."""
+    return html.escape(str(v), quote=False).replace("`", "&#96;")
+
+
 def _md_cell(v: Any) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    return _md_text(v).replace("|", "\\|").replace("\n", " ")
 
 
 def verdicts_markdown(phases: Sequence[dict[str, Any]]) -> str:
@@ -235,19 +242,22 @@ def findings_markdown(findings: Sequence[dict[str, Any]]) -> str:
     for f in findings:
         ev = f.get("evidence")
         evidence = "; ".join(map(str, ev)) if isinstance(ev, list) else str(ev or "")
-        parts.append(f"**{_md_cell(f.get('title', ''))}** ({f.get('severity', '')})\n\n"
-                     f"Evidence: {evidence}\n\nFix: {f.get('fix') or 'none named'}"
-                     + (f"\n\nExpected gain: {f['expected_gain']}" if f.get("expected_gain") else ""))
+        gain = f.get("expected_gain")
+        parts.append(f"**{_md_cell(f.get('title', ''))}** ({_md_text(f.get('severity', ''))})\n\n"
+                     f"Evidence: {_md_text(evidence)}\n\n"
+                     f"Fix: {_md_text(f.get('fix') or 'none named')}"
+                     + (f"\n\nExpected gain: {_md_text(gain)}" if gain else ""))
     return "\n\n---\n\n".join(parts)
 
 
 def answers_markdown(answers: Sequence[AnswerLike]) -> str:
-    return "\n\n".join(f"**{i}. {a.title}**\n\n{a.text}" for i, a in enumerate(answers, 1))
+    return "\n\n".join(f"**{i}. {_md_text(a.title)}**\n\n{_md_text(a.text)}"
+                         for i, a in enumerate(answers, 1))
 
 
 def run_markdown(summary: dict[str, Any]) -> str:
     run = summary.get("run") or {}
-    lines = [f"- {k}: `{_md_cell(run.get(k))}`" for k in
+    lines = [f"- {k}: {_md_cell(run.get(k))}" for k in
              ("name", "status", "device", "command") if run.get(k) is not None]
     mem = summary.get("memory") or {}
     if mem.get("total_bytes"):
