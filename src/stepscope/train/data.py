@@ -318,17 +318,13 @@ def _read_csv_rows(
         raise DataError(f"CSV not found: {csv_path}; give the path of an existing CSV file.")
     if not image_dir.is_dir():
         raise DataError(f"image folder not found: {image_dir}; give it with --images DIR.")
-    # utf-8-sig: spreadsheet programs put a BOM in front of the first column name.
-    with csv_path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv_module.DictReader(fh)
-        columns = list(reader.fieldnames or [])
-        missing_cols = [c for c in (x_col, y_col) if c not in columns]
-        if missing_cols:
-            raise DataError(
-                f"{csv_path}: column(s) {missing_cols} not found; the CSV has columns {columns}. "
-                "Name the right ones with --x-col / --y-col."
-            )
-        raw = [(row[x_col] or "", row[y_col] or "", n) for n, row in enumerate(reader, start=2)]
+    try:
+        # utf-8-sig: spreadsheet programs put a BOM in front of the first column name.
+        raw = _csv_cells(csv_path, x_col, y_col, "utf-8-sig")
+    except UnicodeDecodeError:
+        # Not UTF-8: a spreadsheet's legacy export (Latin-1 / Windows-1252) is the usual case,
+        # and Latin-1 decodes any byte, so names come out as the user's program showed them.
+        raw = _csv_cells(csv_path, x_col, y_col, "latin-1")
     rows: list[tuple[Path, str]] = []
     missing: list[str] = []
     for name, label, line in raw:
@@ -349,6 +345,25 @@ def _read_csv_rows(
     return rows, missing
 
 
+def _csv_cells(csv_path: Path, x_col: str, y_col: str, encoding: str
+               ) -> list[tuple[str, str, int]]:
+    """(file name, class, line number) of every row; the CSV's own faults as DataError."""
+    try:
+        with csv_path.open(newline="", encoding=encoding) as fh:
+            reader = csv_module.DictReader(fh)
+            columns = list(reader.fieldnames or [])
+            missing_cols = [c for c in (x_col, y_col) if c not in columns]
+            if missing_cols:
+                raise DataError(
+                    f"{csv_path}: column(s) {missing_cols} not found; the CSV has columns "
+                    f"{columns}. Name the right ones with --x-col / --y-col."
+                )
+            return [(row[x_col] or "", row[y_col] or "", n) for n, row in enumerate(reader, start=2)]
+    except csv_module.Error as exc:  # a NUL byte, a field over the csv module's size limit
+        raise DataError(f"{csv_path} is not a readable CSV ({exc}); expected comma-separated "
+                        "rows with a header line. Fix or re-export the file.") from exc
+
+
 def _inside(image_dir: Path, name: str, csv_path: Path, line: int,
             follow_links: bool = False) -> Path:
     """Join a CSV file name to the image folder, refusing names that lead outside it.
@@ -357,6 +372,9 @@ def _inside(image_dir: Path, name: str, csv_path: Path, line: int,
     so a link placed in the folder cannot hand out a file from elsewhere (unless
     ``follow_links``).
     """
+    if "\0" in name:
+        raise DataError(f"{csv_path} line {line}: file name {name!r} holds a NUL character; "
+                        "no file can have that name. Fix the CSV row.")
     root = os.path.normpath(os.path.abspath(image_dir))
     joined = os.path.normpath(os.path.join(root, name))
     if os.path.commonpath([root, joined]) != root or joined == root:
