@@ -25,7 +25,6 @@ from stepscope.errors import DataError
 from stepscope.train.data import (
     CorruptImageError,
     ImageDataset,
-    Item,
     collate_skip_bad,
     decode_rgb,
     resolve_dataset,
