@@ -39,11 +39,12 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> CheckpointWrite:
         with atomic_open(path, "wb", fsync=True) as fh:
             torch.save(state, fh)
     except RuntimeError as exc:
-        # Ctrl-C (or SIGTERM, see loop.stop_on_sigterm) inside torch.save: its zip writer's
-        # cleanup then fails too and reports that instead. The temporary file is gone either
-        # way; what the caller must see is the interrupt.
-        if isinstance(exc.__context__, KeyboardInterrupt):
-            raise exc.__context__ from None
+        # Ctrl-C (or SIGTERM, see loop.stop_on_sigterm) or a full disk inside torch.save: its
+        # zip writer's cleanup then fails too and reports that instead. The temporary file is
+        # gone either way; what the caller must see is the interrupt or the disk's error.
+        cause = exc.__context__
+        if isinstance(cause, (KeyboardInterrupt, OSError)):
+            raise cause from None
         raise
     # The digest beside it lets a later load tell a file changed since (tampered, or damaged
     # on disk) from the one written here; the page cache serves this read.
