@@ -24,6 +24,7 @@ RUNNABLE = [
     "stepscope.analysis.tune",
     "stepscope.analysis.verdicts",
     "stepscope.atomic",
+    "stepscope.errors",
     "stepscope.metrics",
     "stepscope.observe.callbacks",
     "stepscope.observe.proctree",

@@ -145,6 +145,8 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "mem.model_objects_bytes": "bytes of the framework's model objects (watch)",
     "mem.tf_allocator_peak_bytes": "TensorFlow allocator peak",
     "mem.jax_bytes_in_use": "JAX device memory in use",
+    "mem.jax_peak_bytes": "JAX device memory peak in use (memory_stats peak_bytes_in_use)",
+    "mem.tf_gpu_peak_bytes": "TensorFlow GPU allocator peak (get_memory_info peak)",
     "mem.framework": "torch, tensorflow or jax (watch: what the child imported)",
     "env.cpu_count": "CPUs this process may run on (affinity)",
     "env.cpu_quota_cores": "cgroup CPU quota in cores (null = none)",
