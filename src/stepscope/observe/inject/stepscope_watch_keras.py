@@ -386,6 +386,14 @@ def _runtime_memory(rec: Recorder) -> None:
                      "watch: tf.config.experimental.get_memory_info('CPU:0')['peak']")
         except Exception:  # not every build tracks the CPU allocator
             pass
+        try:
+            # On a GPU the BFC pool is preallocated: its peak is what the tensors really used.
+            if tf.config.list_physical_devices("GPU"):
+                info = tf.config.experimental.get_memory_info("GPU:0")
+                rec.fact("mem.tf_gpu_peak_bytes", int(info["peak"]),
+                         "watch: tf.config.experimental.get_memory_info('GPU:0')['peak']")
+        except Exception:
+            pass
     jax = sys.modules.get("jax")
     if jax is not None:
         try:
