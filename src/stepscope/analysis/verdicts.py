@@ -103,11 +103,11 @@ def decide_verdict(
         # No single part reaches 20 %, but together they take most of the step: the model's
         # own work is the minority, so "compute-bound" would be false. Name the largest.
         verdict = worst
-        notes.append(f"tentative: no single part reaches {BOUND_FRAC:.0%} but together they "
-                     f"take {outside:.0%} of the step; the largest is named")
+        notes.append(f"tentative: no single part reaches {fmt_pct(BOUND_FRAC)} but together "
+                     f"they take {fmt_pct(outside)} of the step; the largest is named")
     elif abs(parts[worst] - BOUND_FRAC) < NEAR_THRESHOLD_FRAC:
-        notes.append(f"tentative: the largest part ({parts[worst]:.0%}) is within "
-                     f"{NEAR_THRESHOLD_FRAC:.0%} of the {BOUND_FRAC:.0%} threshold")
+        notes.append(f"tentative: the largest part ({fmt_pct(parts[worst])}) is within "
+                     f"{fmt_pct(NEAR_THRESHOLD_FRAC)} of the {fmt_pct(BOUND_FRAC)} threshold")
     if steady_steps < MIN_STEADY_STEPS:
         notes.insert(0,
             f"insufficient steps: {steady_steps} steady-state steps, "
