@@ -213,3 +213,20 @@ def test_two_nodes_without_a_shared_directory_reach_rank_0(tmp_path: Path) -> No
     # The other node's own report does not take its launcher for rank 0.
     other = json.loads((runs[runs.index(home) - 1] / "summary.json").read_text())
     assert [r["rank"] for r in other.get("ranks") or []] in ([], [1])
+
+
+def test_finishing_the_hub_leaves_no_thread_behind(tmp_path: Path) -> None:
+    # watch runs in-process in the CLI and in notebooks: its listener must not outlive it.
+    import threading
+
+    from stepscope.observe.watch_ranks import RankHub
+    from stepscope.store.db import RunWriter
+    from stepscope.store.records import RunInfo
+
+    writer = RunWriter(tmp_path, RunInfo(name="hub", command="test", kind="watch"))
+    hub = RankHub(tmp_path, writer, lambda *a: None, RunInfo(name="hub", command="test"), 1.0)
+    hub.start()
+    hub.finish(0.0, drain_s=1.0)
+    writer.close()
+    left = [t.name for t in threading.enumerate() if t.name.startswith("stepscope-rank")]
+    assert left == []

@@ -256,6 +256,11 @@ class RankHub:
         """
         self._closing = True
         with contextlib.suppress(OSError):
+            # close() alone does not wake a thread blocked in accept() on Linux (it stays
+            # blocked on the listening socket, and its thread outlives the watch); shutdown()
+            # makes accept() return with an error at once.
+            self._server.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
             self._server.close()
         deadline = time.monotonic() + drain_s
         for t in list(self._threads):
