@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stepscope.analysis.fmt import MISSING, fmt_pct, fmt_rate
+from stepscope.analysis.tune import TuneRowLike
 
 _SECTIONS = {
     "compute": "compute ceiling (trunk only, batch in memory)",
@@ -24,29 +25,14 @@ _SECTIONS = {
 }
 
 
-class TuneRowView(Protocol):
-    """What the table reads from one measurement (``stepscope.train.tune.TuneRow``)."""
+class TuneRowView(TuneRowLike, Protocol):
+    """What the table reads from one measurement: what the decision reads, and the winner and
+    prediction marks."""
 
-    @property
-    def kind(self) -> str: ...
-    @property
-    def label(self) -> str: ...
-    @property
-    def images_per_s(self) -> float | None: ...
-    @property
-    def min_images_per_s(self) -> float | None: ...
-    @property
-    def max_images_per_s(self) -> float | None: ...
     @property
     def predicted_images_per_s(self) -> float | None: ...
     @property
-    def data_wait_frac(self) -> float | None: ...
-    @property
-    def baseline(self) -> bool: ...
-    @property
     def winner(self) -> bool: ...
-    @property
-    def skipped(self) -> str | None: ...
 
 
 class TuneResultView(Protocol):
