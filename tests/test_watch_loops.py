@@ -108,3 +108,23 @@ def test_accelerate_one_ahead_loader(tmp_path: Path) -> None:
     assert _phases(reader) == [(1, "train", 12), (1, "val", 2), (2, "train", 12), (2, "val", 2)]
     assert _verdict(summary) == "input-bound"
     _adds_up(reader)
+
+
+@pytest.mark.slow
+def test_torch_compile_warm_up_is_not_steady(tmp_path: Path) -> None:
+    # aot_eager: the default inductor backend takes minutes to compile on the loaded CI machine.
+    reader, summary = _run(tmp_path, "compiled_loop.py")
+    # 100 items in batches of 8 without drop_last: 13 steps, the last one ragged.
+    assert _phases(reader) == [(1, "train", 13), (1, "val", 2), (2, "train", 13), (2, "val", 2)]
+    assert _verdict(summary) == "input-bound"
+    assert _verdict(summary, "val") == "input-bound"
+    steps = reader.steps()
+    # The compile (seconds) runs inside the first training step, a warm-up step: it is
+    # compute, but not in the steady split the verdict reads.
+    first, steady = steps[0], [s for s in steps if not s.warmup]
+    compute = sorted(s.compute_s for s in steady)
+    assert first.warmup and first.compute_s > 3 * compute[len(compute) // 2]
+    # The planted 320 ms of data per step dominates the steady steps, the ragged-batch
+    # recompile (epoch 1's last step, not marked: docs/watch-loops.md) included.
+    assert sum(s.data_wait_s for s in steady) > 0.6 * sum(s.wall_s for s in steady)
+    _adds_up(reader)
