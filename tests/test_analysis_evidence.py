@@ -16,7 +16,7 @@ from stepscope.analysis.explain import (
     train_vs_val,
     val_inference,
 )
-from stepscope.analysis.findings import input_finding
+from stepscope.analysis.findings import build_findings, input_finding
 
 _SPLIT = {"step_ms_per_step": 100.0, "data_wait_ms_per_step": 60.0, "transfer_ms_per_step": 0.0,
           "compute_ms_per_step": 35.0, "other_ms_per_step": 5.0}
@@ -140,3 +140,34 @@ def test_every_claim_is_used_where_sentences_are_made() -> None:
         used = used or (claim_id.startswith("decoded_") and 'f"decoded_{' in code)
         assert used, claim_id
         assert evidence.rests_on(claim_id)
+
+
+def test_steps_per_execution_needs_timed_keras_callbacks() -> None:
+    """Keras's steps_per_execution advice rests on the callbacks' measured share of the step."""
+    train = _agg("train", verdict="overhead-bound", data_wait_frac=0.02, compute_frac=0.1,
+                 other_frac=0.88, other_ms_per_step=30.0, step_ms_per_step=34.0)
+    s = _summary(loader={"framework": "keras", "callbacks_timed": True},
+                 by_phase={"train": train})
+    found = {f["id"]: f for f in build_findings(s)}
+    fix = found["overhead_bound_train"]["fix"]
+    assert "steps_per_execution=" in fix
+    # 88 % callbacks: N = 64 (the cap) leaves 0.12 + 0.88/64 of the step, ~7.5x faster.
+    assert "steps_per_execution=64" in fix
+    assert "7.5×" in found["overhead_bound_train"]["expected_gain"]
+    # Not timed (another framework's hook, an older watch): no steps_per_execution sentence.
+    for untimed in (_without(s, "loader.callbacks_timed"),
+                    _summary(loader={"framework": "keras"}, by_phase={"train": train})):
+        text = str(build_findings(untimed))
+        assert "steps_per_execution" not in text
+    # Material but not the bound: a finding of its own, with the gain from the share.
+    mild = _agg("train", verdict="compute-bound", data_wait_frac=0.02, compute_frac=0.78,
+                other_frac=0.2, other_ms_per_step=20.0)
+    s2 = _summary(loader={"framework": "keras", "callbacks_timed": True},
+                  by_phase={"train": mild})
+    f = next(f for f in build_findings(s2) if f["id"] == "keras_callback_overhead_train")
+    assert "steps_per_execution=5" in f["fix"]
+    # Below the floor (10 %): nothing.
+    low = _agg("train", verdict="compute-bound", other_frac=0.05)
+    s3 = _summary(loader={"framework": "keras", "callbacks_timed": True},
+                  by_phase={"train": low})
+    assert "steps_per_execution" not in str(build_findings(s3))

@@ -104,6 +104,7 @@ def test_input_bound(tmp_path: Path, backend: str, kind: str, extra: list[str]) 
     assert s["loader"]["framework"] == "keras" and s["loader"]["keras_backend"] == backend
     _assert_keras_words(s)
     f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    assert "steps_per_execution" not in json.dumps(s["findings"])  # no callback overhead
     assert ("num_parallel_calls" if kind == "tfdata" else "use_multiprocessing=True") in f["fix"]
 
 
@@ -114,6 +115,29 @@ def test_input_bound(tmp_path: Path, backend: str, kind: str, extra: list[str]) 
 def test_compute_bound(tmp_path: Path, backend: str, kind: str) -> None:
     s = _run(tmp_path, backend, kind, "0", "conv", "--steps", "24")
     _assert_compute_bound(s, 24)
+    _assert_keras_words(s)
+    assert "steps_per_execution" not in json.dumps(s["findings"])  # no callback overhead
+
+
+CALLBACK_MS = 30.0
+
+
+@pytest.mark.slow
+def test_slow_callback_gets_steps_per_execution(tmp_path: Path) -> None:
+    """Planted: a user callback sleeping 30 ms in on_train_batch_end, instant batches, a tiny
+    Dense model (a few ms a step): ~85-90 % of each step is the callback, on the loop's thread.
+    """
+    s = _run(tmp_path, "tensorflow", "pydataset", "0", "dense", "--steps", "24",
+             "--callback-ms", str(CALLBACK_MS))
+    assert s["loader"]["callbacks_timed"] is True
+    for p in _train(s):
+        assert p["verdict"] == "overhead-bound", p
+        assert p["other_frac"] >= 0.5, p
+    other_ms = s["by_phase"]["train"]["other_ms_per_step"]
+    assert 0.9 * CALLBACK_MS <= other_ms <= 2.0 * CALLBACK_MS
+    f = next(f for f in s["findings"] if f["id"] == "overhead_bound_train")
+    assert "steps_per_execution=" in f["fix"] and "timed by watch" in f["evidence"]
+    assert "faster" in f["expected_gain"]
     _assert_keras_words(s)
 
 

@@ -1,12 +1,14 @@
 """A Keras script with a planted cost, written the way the Keras docs write it.
 
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
-        [--steps S] [--epochs E] [--val S]
+        [--steps S] [--epochs E] [--val S] [--callback-ms MS]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
 arrays. LOAD_MS: CPU burnt per batch by the loader (a busy loop, like decoding and augmenting).
 MODEL: dense (tiny, ~1 ms a step) | conv (convolutions on 32x32 images, tens of ms a step).
+--callback-ms: a user callback sleeping MS in ``on_train_batch_end`` (per-batch logging to a slow
+sink), not async-safe, so Keras runs it on the loop's thread between steps.
 The first line printed is the truth the test asserts against: ``TRUTH load_ms=... model=...``.
 """
 
@@ -29,6 +31,7 @@ p.add_argument("--steps", type=int, default=30)
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--val", type=int, default=0)
 p.add_argument("--batch", type=int, default=8)
+p.add_argument("--callback-ms", type=float, default=0.0)
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -141,5 +144,11 @@ if args.val:
     kw["validation_data"] = val
     if args.input == "generator":
         kw["validation_steps"] = args.val
+if args.callback_ms:
+    class SlowLog(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):  # type: ignore[no-untyped-def]
+            time.sleep(args.callback_ms / 1000.0)
+
+    kw["callbacks"] = [SlowLog()]
 model.fit(**kw)
 print("DONE", file=sys.stderr)

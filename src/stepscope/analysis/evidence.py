@@ -61,6 +61,10 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
     "gpu_idles_waiting": (Need("by_phase.train.gpu_util_pct"),),
     # The fused-warp vs SciPy figures were measured on the seed's augmentation, not any script's.
     "scipy_augment_figures": (Need("run.augment", equals="seed"),),
+    # "callbacks take N % of every Keras step: steps_per_execution": watch timed the user's
+    # batch callbacks, and they took a material share of the training step.
+    "keras_callback_overhead": (Need("loader.callbacks_timed", equals=True),
+                                Need("by_phase.train.other_frac", 0.1)),
 }
 
 

@@ -9,6 +9,7 @@ speed-up of (1 − 0.10) / (1 − d).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -158,17 +159,57 @@ def other_bound_finding(agg: dict[str, Any], model: dict[str, Any] | None = None
                         MEASURE_COMPARE)
     if v == "overhead-bound":
         o = agg["other_frac"]
+        spe = keras_steps_per_execution(agg, summary or {})
         return _finding(f"overhead_bound_{agg['phase']}", "medium",
                         f"{kind.capitalize()} is overhead-bound: {fmt_pct(o)} of every step is "
-                        "loop overhead outside data, copy and compute", [_split_line(agg)],
-                        words.overhead_fix,
-                        f"up to {fmt_ratio(speedup_without(o))} faster without it", MEASURE_COMPARE)
+                        "loop overhead outside data, copy and compute",
+                        [_split_line(agg), *(spe[2:] if spe else [])],
+                        spe[0] if spe else words.overhead_fix,
+                        spe[1] if spe else f"up to {fmt_ratio(speedup_without(o))} faster "
+                                           "without it", MEASURE_COMPARE)
     if v == "compute-bound" and agg["phase"] == "train":
         return _finding("compute_bound_train", "info",
                         f"Training is compute-bound: {fmt_pct(agg['compute_frac'])} of every step "
                         "is the model's own work", [_split_line(agg)],
                         *_compute_fix(model or {}, summary), MEASURE_COMPARE)
     return None
+
+
+# steps_per_execution=N runs the batch callbacks once per N batches; N is chosen so they are left
+# with ≤ 5 % of the new step, capped where a longer execution delays the progress bar too much.
+SPE_RESIDUAL_FRAC = 0.05
+SPE_MAX = 64
+
+
+def keras_steps_per_execution(agg: dict[str, Any], summary: Mapping[str, Any]
+                              ) -> tuple[str, str, str] | None:
+    """(fix, expected gain, evidence) for ``steps_per_execution`` on a Keras training phase whose
+    measured batch-callback time (``other_frac``, claim ``keras_callback_overhead``) is material;
+    None otherwise."""
+    if agg.get("phase") != "train" or framework_of(summary) != KERAS \
+            or not holds(summary, "keras_callback_overhead"):
+        return None
+    o = float(agg["other_frac"])
+    n = max(2, min(SPE_MAX, math.ceil(o / (SPE_RESIDUAL_FRAC * max(1.0 - o, 0.01)))))
+    gain = 1.0 / ((1.0 - o) + o / n)
+    fix = (f"model.compile(..., steps_per_execution={n}) runs {n} batches per call, so the "
+           f"per-batch callbacks run once per {n} batches; or make them async_safe / move their "
+           "work to on_epoch_end")
+    evidence = (f"the script's own on_train_batch_begin/_end callbacks held the loop "
+                f"{fmt_ms(_s(agg['other_ms_per_step']))} of every training step "
+                f"({fmt_pct(o)}, timed by watch)")
+    return fix, f"{_gain_words(gain)} (callbacks then run once per {n} batches)", evidence
+
+
+def keras_callback_finding(agg: dict[str, Any], summary: dict[str, Any]) -> Finding | None:
+    """Material callback overhead on a Keras run that is bound by something else."""
+    spe = keras_steps_per_execution(agg, summary)
+    if spe is None or agg.get("verdict") == "overhead-bound":
+        return None  # the overhead-bound finding carries the same fix
+    return _finding("keras_callback_overhead_train", "low",
+                    f"Keras batch callbacks take {fmt_pct(agg['other_frac'])} of every "
+                    "training step", [spe[2], _split_line(agg)], spe[0], spe[1],
+                    MEASURE_COMPARE)
 
 
 def _compute_fix(model: dict[str, Any], summary: dict[str, Any] | None = None
@@ -324,7 +365,8 @@ def build_findings(summary: dict[str, Any]) -> list[Finding]:
         agg = by_phase.get(kind)
         if agg:
             out += [f for f in (input_finding(agg, cores, summary),
-                                other_bound_finding(agg, summary.get("model"), summary)) if f]
+                                other_bound_finding(agg, summary.get("model"), summary),
+                                keras_callback_finding(agg, summary)) if f]
     out += gpu_util_findings(by_phase)
     out += memory_findings(summary)
     out += dataset_findings(summary)

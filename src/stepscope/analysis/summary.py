@@ -229,7 +229,8 @@ def _summarize_phases(reader: RunReader, ctx: PhaseContext, rank: int
 def _loader_section(facts: dict[str, Fact]) -> dict[str, Any]:
     """What ran the loop and fed it (watch's ``loop.*``/``loader.*`` facts; None elsewhere)."""
     out: dict[str, Any] = {"framework": _fact(facts, "loop.framework"),
-                           "keras_backend": _fact(facts, "loop.keras_backend")}
+                           "keras_backend": _fact(facts, "loop.keras_backend"),
+                           "callbacks_timed": _fact(facts, "loop.keras_callbacks_timed")}
     for key in ("kind", "class", "workers", "multiprocessing", "parallel_calls", "prefetch",
                 "cache", "augments"):
         out[key] = _fact(facts, f"loader.{key}")

@@ -59,9 +59,10 @@ TABLE: dict[str, Vocab] = {
         transfer_fix="end the tf.data pipeline with .prefetch(tf.data.AUTOTUNE) so the copy "
                      "overlaps the step; send uint8 and rescale inside the model "
                      "(keras.layers.Rescaling), 4× fewer bytes than float32",
-        overhead_fix="model.compile(steps_per_execution=N) runs N batches per call; keep "
-                     "callbacks free of per-batch work (async_safe, no per-batch logging); "
-                     "verbose=2 instead of the per-batch progress bar",
+        # steps_per_execution is advised only with the callbacks' time measured
+        # (findings.keras_steps_per_execution, claim keras_callback_overhead).
+        overhead_fix="keep callbacks free of per-batch work (async_safe, no per-batch "
+                     "logging); verbose=2 instead of the per-batch progress bar",
         bf16='keras.mixed_precision.set_global_policy("mixed_bfloat16")',
         bf16_tried="mixed_bfloat16",
     ),

@@ -315,6 +315,11 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
                 a["callbacks"] = [*(cbs or []), cb]
             else:  # a CallbackList
                 cbs.append(cb)
+            _time_user_callbacks(getattr(cbs, "callbacks", cbs) or [], callback_cls, steps)
+            if rec.once("keras-callbacks-timed"):
+                rec.fact("loop.keras_callbacks_timed", True,
+                         "watch: the user's on_train_batch_begin/_end callbacks timed on the "
+                         "loop's thread (the steps' other_s)")
             args, kwargs = bound.args[1:], bound.kwargs
         except Exception as exc:
             rec.note("watch", f"Keras {name}() not instrumented: {type(exc).__name__}: {exc}")
@@ -330,6 +335,34 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
     wrapper.__doc__ = orig.__doc__
     wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper
+
+
+_BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end")
+
+
+def _time_user_callbacks(callbacks: Any, ours: type, steps: KerasSteps) -> None:
+    """Time the batch hooks the user's callbacks override (per instance, once each). Keras runs
+    a callback that is not ``async_safe`` on the loop's thread between steps: what it costs
+    there is overhead that ``steps_per_execution`` divides. Two clock reads per hook call; no
+    device sync (the logs are whatever Keras hands the callback)."""
+    clock, base = steps.clock, ours.__bases__[0]
+    for cb in callbacks:
+        if isinstance(cb, ours):
+            continue
+        for name in _BATCH_HOOKS:
+            hook = getattr(type(cb), name, None)
+            if hook is None or hook is getattr(base, name, None) or name in cb.__dict__:
+                continue  # Keras's no-op default, or already timed (or set by the user)
+            bound = getattr(cb, name)
+
+            def timed(*args: Any, _hook: Any = bound, **kwargs: Any) -> Any:
+                t0 = clock()
+                try:
+                    return _hook(*args, **kwargs)
+                finally:
+                    steps.callback_ran(clock() - t0)
+
+            setattr(cb, name, timed)
 
 
 def _val_x(a: dict[str, Any]) -> Any:

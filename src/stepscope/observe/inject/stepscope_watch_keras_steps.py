@@ -16,6 +16,12 @@ and its data wait is measured at the producer, per backend:
   inside the train function, torch just before the batch-begin callback). stepscope times that
   ``next()`` (``TimedIterable``): the main thread was blocked exactly that long.
 
+The user's own batch callbacks (``on_train_batch_begin``/``_end`` overridden by a callback passed
+to ``fit``) are timed when they run on the loop's thread (a callback that is not ``async_safe``
+runs there; an async-safe one runs on Keras's thread pool and holds nothing up): that time is
+the step's ``other_s``, the overhead ``steps_per_execution`` would divide. Keras's own progress
+bar is not timed (``verbose=2`` prints per epoch).
+
 With ``steps_per_execution = n`` a step is n batches; their waits are summed as if the compute
 between them were nil, an upper bound that is exact for n = 1.
 
@@ -71,6 +77,7 @@ class KerasSteps:
         self.t_start = 0.0
         self.first = 0
         self.blocked_s = 0.0
+        self.callback_s = 0.0
         self.pulled_images = 0
         self.pulled = 0
         self.ready: dict[int, deque[tuple[float, int, float]]] = {}
@@ -175,8 +182,14 @@ class KerasSteps:
                           "watch: ImageDataGenerator load_img / random transform / standardize "
                           "and __getitem__ per loading thread, over the phase")
 
+    def callback_ran(self, dt: float) -> None:
+        """A user's batch callback held the loop's thread for ``dt`` (the step's overhead)."""
+        if threading.get_ident() == self.main_thread_id:
+            self.callback_s += dt
+
     def _reset(self) -> None:
         self.blocked_s = 0.0
+        self.callback_s = 0.0
         self.pulled_images = 0
         self.pulled = 0
 
@@ -194,6 +207,8 @@ class KerasSteps:
             images = self.images_fn(self.first, self.first + self.per_step - 1)
         wait = min(wait, max(t - self.t_start, 0.0))
         self.rec.begin_step(self.phase, self.t_start, self.t_start + wait, images)
+        if self.rec.step is not None:
+            self.rec.step.other_s = min(self.callback_s, max(t - self.t_start - wait, 0.0))
         self.rec.end_step(t)
         self.t_begin = None
         self._reset()

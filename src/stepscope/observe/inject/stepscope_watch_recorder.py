@@ -22,8 +22,9 @@ moment the loop asks the loader for a batch to the moment it asks for the next o
   of the step's last ``optimizer.step()``, minus the transfers before it. Validation steps, and
   training steps without an optimizer step (gradient accumulation): everything after the batch's
   arrival minus transfers. Lightning: batch-begin to batch-end callback. Keras: the rest of the
-  step, from one batch-begin callback to the next.
-- ``other_s``: the rest (after the optimizer step: logging, metrics, ``loss.item()``...).
+  step, from one batch-begin callback to the next, minus the user's batch callbacks.
+- ``other_s``: the rest (after the optimizer step: logging, metrics, ``loss.item()``...). Keras:
+  the time the main thread spent in the user's own ``on_train_batch_begin``/``_end`` hooks.
 
 On a GPU these are CPU-side times: work the GPU still has queued lands where the CPU waits for
 it (a blocking copy, ``.item()``), not where it was launched.
@@ -130,7 +131,7 @@ class PhaseState:
 class OpenStep:
     """The step being timed; times are ``perf_counter`` readings."""
 
-    __slots__ = ("comm_s", "images", "phase", "t_batch", "t_opt", "t_start",
+    __slots__ = ("comm_s", "images", "other_s", "phase", "t_batch", "t_opt", "t_start",
                  "transfer_at_opt_s", "transfer_s")
 
     def __init__(self, phase: PhaseState, t_start: float, t_batch: float, images: int) -> None:
@@ -139,6 +140,7 @@ class OpenStep:
         self.comm_s = 0.0  # gradient all-reduce in flight (DDP, see stepscope_watch_dist)
         self.t_opt: float | None = None
         self.transfer_at_opt_s = 0.0
+        self.other_s = 0.0  # measured loop overhead (Keras: the user's batch callbacks)
 
 
 class Recorder:
@@ -263,7 +265,7 @@ class Recorder:
         if s.t_opt is not None and ph.phase == "train":
             compute = max(s.t_opt - s.t_batch - s.transfer_at_opt_s, 0.0)
         else:
-            compute = max(wall - wait - s.transfer_s, 0.0)
+            compute = max(wall - wait - s.transfer_s - s.other_s, 0.0)
         other = max(wall - wait - s.transfer_s - compute, 0.0)
         comm = min(s.comm_s, compute)  # taken out of compute, as `stepscope train` does
         index = ph.steps
