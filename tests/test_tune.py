@@ -3,6 +3,7 @@ one whole tune on the synthetic fixture, within its budget, whose YAML trains.""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -10,9 +11,19 @@ import pytest
 import torch
 from rich.console import Console
 
-from stepscope.analysis.tune import choose_winner, run_rate, skip_notes
+from stepscope.analysis.fmt import fmt_ratio
+from stepscope.analysis.summary import build_summary
+from stepscope.analysis.tune import (
+    choose_winner,
+    predicted_vs_achieved,
+    run_rate,
+    run_workers_curve,
+    skip_notes,
+)
 from stepscope.policy import chunk_rates
+from stepscope.render.jsonout import dumps, tune_json
 from stepscope.render.tune import tune_table
+from stepscope.store.db import RunReader
 from stepscope.train import augment
 from stepscope.train.config import resolve_config
 from stepscope.train.loop import train
@@ -27,6 +38,7 @@ from stepscope.train.tune import (
     worker_counts,
     write_tuned_config,
 )
+from tests.analysis_runs import PhaseSpec, RunSpec, make_run
 from tests.conftest import data_flags
 
 
@@ -161,3 +173,93 @@ def test_gpu_backend_loader_only_decodes_and_resizes(synth80: Path) -> None:
     batch = next(iter(_loader(cfg, items, "gpu", 0)))
     plain = augment.create_transform(None, 64, train=False, backend="fused")(items[0].path)
     assert torch.equal(batch.images[0], plain)
+
+
+def _baseline_run(run_dir: Path) -> Path:
+    """A recorded baseline: one worker whose items take 15 ms each (66 img/s), waited on by a
+    model that could take 145 img/s, on 4 cores; its stage counters as the loader writes them."""
+    stages = {"stages_measured": True, "loader_workers": 1, "persistent_workers": False,
+              "items": 320.0, "fetch_s": 4.8, "fetch_cpu_s": 0.5, "fetch_runq_s": 0.0,
+              "stage_s": {"item": 4.8}, "workers": [{"busy_s": 4.8}], "waits": 40,
+              "wait_s": 6.0, "wait_cpu_s": 0.05, "not_ready_steps": 38, "first_wait_s": 0.3}
+    return make_run(run_dir, RunSpec(
+        phases=[PhaseSpec(epoch=1, workers=1, data_wait_s=0.15, compute_s=0.05)],
+        facts={"env.cpu_count": 4, "stages.phase.0": stages}))
+
+
+def test_tune_puts_the_capacity_prediction_beside_what_each_run_achieved(tmp_path: Path) -> None:
+    run_dir = _baseline_run(tmp_path / "run0")
+    curve = run_workers_curve(run_dir)
+    with RunReader(run_dir) as reader:
+        phase = build_summary(reader)["phases"][0]
+    assert curve and curve == phase["workers_curve"]  # the very curve compare reads
+    yours = {"workers": "1", "prefetch": 2, "aug_backend": "fused", "precision": "fp32",
+             "channels_last": True}
+    rows = [
+        TuneRow("compute", "trunk forward, fp32 channels_last", {}, 500.0, 480.0, 510.0),
+        TuneRow("run", "one worker", yours, 40.0, 38.0, 42.0, baseline=True),
+        TuneRow("run", "two workers", {**yours, "workers": "2"}, 120.0, 110.0, 125.0),
+        TuneRow("run", "bf16 two workers", {**yours, "workers": "2", "precision": "bf16"},
+                150.0, 140.0, 155.0),
+        TuneRow("run", "four workers", {**yours, "workers": "4"}, skipped="needs ~9 s, 2 s left"),
+    ]
+    result = TuneResult(rows, dict(yours), "two workers won", budget_s=30.0, elapsed_s=29.0,
+                        baseline_workers_curve=curve)
+    result.price(predicted_vs_achieved(result.rows, result.baseline_workers_curve))
+    assert rows[2].capacity_speedup == curve["2"] and rows[2].achieved_speedup == 3.0
+    # A precision change beside the worker count is a gain the model never priced.
+    assert rows[3].capacity_speedup is None and rows[3].achieved_speedup == 3.75
+    for row in (rows[0], rows[1], rows[4]):
+        assert row.capacity_speedup is None and row.achieved_speedup is None
+
+    console = Console(width=160, record=True, color_system=None, force_terminal=False)
+    console.print(tune_table(result))
+    lines = [line.strip() for line in console.export_text().splitlines()]
+    two = next(line for line in lines if line.startswith("two workers"))
+    assert two.split()[-2:] == ["3.0×", fmt_ratio(curve["2"])]  # × yours, then model ×
+    bf16 = next(line for line in lines if line.startswith("bf16 two workers"))
+    assert "3.8×" in bf16 and fmt_ratio(curve["2"]) not in bf16
+    assert any(line.startswith("model ×: the speed-up the capacity model predicted")
+               for line in lines)
+
+    out = json.loads(dumps(tune_json(result.to_dict(), "tuned.yaml")))
+    assert out["baseline_workers_curve"] == curve
+    assert out["rows"][2]["capacity_speedup"] == curve["2"]
+    assert out["rows"][2]["achieved_speedup"] == 3.0 and out["rows"][1]["achieved_speedup"] is None
+
+    # Without the baseline's stage capacities the prediction and its legend disappear.
+    result.price(predicted_vs_achieved(result.rows, {}))
+    assert rows[2].capacity_speedup is None and rows[2].achieved_speedup == 3.0
+    console = Console(width=160, record=True, color_system=None, force_terminal=False)
+    console.print(tune_table(result))
+    text = console.export_text()
+    assert "model ×:" not in text and "× yours:" in text
+
+
+def test_tune_cli_prices_the_runs_with_the_baseline_curve(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from stepscope import cli
+    from stepscope.train import tune as tuning
+
+    yours = {"workers": "1", "prefetch": 2, "aug_backend": "fused", "precision": "fp32",
+             "channels_last": True}
+    seen: dict[str, object] = {}
+
+    def fake_tune(cfg: object, **kw: object) -> TuneResult:  # no training: the CLI's wiring
+        seen.update(kw)
+        rows = [TuneRow("run", "one worker", yours, 40.0, 38.0, 42.0, baseline=True),
+                TuneRow("run", "two workers", {**yours, "workers": "2"}, 120.0, 110.0, 125.0)]
+        return TuneResult(rows, dict(yours), "", budget_s=9.0, elapsed_s=8.0,
+                          baseline_workers_curve={"2": 2.5})
+
+    monkeypatch.setattr(cli, "_train_config_from_args", lambda args: None)
+    monkeypatch.setattr(tuning, "tune", fake_tune)
+    monkeypatch.setattr(tuning, "write_tuned_config", lambda *a: None)
+    out = CliRunner().invoke(cli.app, ["tune", "--json", "--out-config",
+                                       str(tmp_path / "t.yaml")])
+    assert out.exit_code == 0, out.output
+    assert seen["read_curve"] is run_workers_curve
+    doc = json.loads(out.stdout)
+    assert doc["rows"][1]["capacity_speedup"] == 2.5 and doc["rows"][1]["achieved_speedup"] == 3.0

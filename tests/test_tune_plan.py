@@ -52,3 +52,25 @@ def test_a_run_that_cannot_fit_is_skipped_with_its_arithmetic(tmp_path: Path) ->
     need = tp.run_need_s(2.0, 8, 4.0)  # 1.5 * (2 + 6 * 8 / 4) = 21 s
     assert need == 21.0
     assert row.skipped == "needs ~21 s, 1 s left" and row.baseline and calls == []
+
+
+def test_the_baseline_run_alone_hands_its_store_to_the_capacity_curve_reader(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    from stepscope.train import tune as tuning
+
+    monkeypatch.setattr(tuning, "_real_run", lambda *args: None)  # no training: the wiring only
+    read: list[Path] = []
+
+    def read_curve(run_dir: Path) -> dict[str, float]:
+        read.append(run_dir)
+        return {"2": 1.5}
+
+    plan = _RunPlan(SimpleNamespace(batch_size=8), tp.Budget(1e6, FakeClock()), tmp_path,  # type: ignore[arg-type]
+                    epoch_steps=10, overhead_s=0.5, fallback_rate=100.0,
+                    read_rate=lambda p: ([10.0, 11.0, 12.0], 0.1, 1.0, 5), read_curve=read_curve)
+    _try_run(plan, Candidate(1, 2, "fused", "fp32", True), None, baseline=True, share=2,
+             say=lambda s: None)
+    _try_run(plan, Candidate(2, 2, "fused", "fp32", True), None, baseline=False, share=1,
+             say=lambda s: None)
+    assert read == [tmp_path / "run0"] and plan.baseline_curve == {"2": 1.5}
+    assert [r.images_per_s for r in plan.rows] == [11.0, 11.0]

@@ -438,7 +438,13 @@ def tune(
     """
     from rich.progress import BarColumn, Progress, TextColumn
 
-    from stepscope.analysis.tune import choose_winner, run_rate, skip_notes
+    from stepscope.analysis.tune import (
+        choose_winner,
+        predicted_vs_achieved,
+        run_rate,
+        run_workers_curve,
+        skip_notes,
+    )
     from stepscope.render.tune import tune_table
     from stepscope.train import tune as tuning
 
@@ -450,9 +456,12 @@ def tune(
         def progress(text: str, frac: float) -> None:
             bar.update(task, description=text[:70], completed=min(frac, 1.0))
 
-        result = tuning.tune(cfg, read_rate=run_rate, budget_s=budget, progress=progress)
-    # train/ measured; analysis/ decides which run won and says why.
+        result = tuning.tune(cfg, read_rate=run_rate, budget_s=budget, progress=progress,
+                             read_curve=run_workers_curve)
+    # train/ measured; analysis/ decides which run won and says why, and prices each run
+    # with the capacity model beside what it achieved.
     result.decide(*choose_winner(result.rows), skip_notes(result.rows))
+    result.price(predicted_vs_achieved(result.rows, result.baseline_workers_curve))
     tuning.write_tuned_config(result, cfg, out_config)
     if as_json:
         from stepscope.render.jsonout import dumps, tune_json

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from stepscope.analysis.fmt import fmt_pct, fmt_rate, fmt_ratio
+from stepscope.analysis.summary import build_summary
 from stepscope.policy import chunk_rates, steady_steps
 from stepscope.store.db import RunReader
 
@@ -33,6 +34,8 @@ class TuneRowLike(Protocol):
     def kind(self) -> str: ...
     @property
     def label(self) -> str: ...
+    @property
+    def changes(self) -> dict[str, Any]: ...
     @property
     def images_per_s(self) -> float | None: ...
     @property
@@ -120,4 +123,58 @@ def run_rate(run_dir: Path) -> RunRate:
     return RunRate(rates, wait, sum(wall), len(steady))
 
 
-__all__ = ["RunRate", "TuneRowLike", "choose_winner", "run_rate", "skip_notes"]
+def run_workers_curve(run_dir: Path) -> dict[str, float]:
+    """The capacity model's predicted speed-up per worker count, from a recorded run's stage
+    capacities: the training phase's ``workers_curve`` (``analysis.capacity.workers_curve``,
+    the curve ``compare`` reads). Empty when the run recorded no stage timing.
+    """
+    with RunReader(run_dir) as reader:
+        summary = build_summary(reader)
+    trains = [p for p in summary.get("phases") or []
+              if p.get("phase") == "train" and p.get("workers_curve")]
+    if not trains:
+        return {}
+    # The phase with the most steady steps: its capacities rest on the most batches.
+    best = max(trains, key=lambda p: p.get("steady_steps") or 0)
+    return {str(k): float(v) for k, v in best["workers_curve"].items()}
+
+
+class Gain(NamedTuple):
+    """One real run against the user's: what the capacity model predicted, what was measured."""
+
+    predicted: float | None  # speed-up the baseline's capacities predict (worker count only)
+    achieved: float | None  # this run's rate ÷ the baseline run's
+
+
+def predicted_vs_achieved(rows: Sequence[TuneRowLike], curve: dict[str, float]) -> list[Gain]:
+    """For each row (in order): the capacity model's predicted speed-up over the baseline run
+    and the measured one.
+
+    The model prices the worker count only, so a run gets a prediction only when the worker
+    count is all that differs from the baseline (a precision, layout, backend or prefetch change
+    beside it would be a gain the model never saw). Rows that are not measured real runs, and
+    the baseline itself, get neither.
+
+    Examples:
+        >>> from types import SimpleNamespace as Row
+        >>> cfg = {"workers": "0", "aug_backend": "fused"}
+        >>> base = Row(kind="run", images_per_s=50.0, baseline=True, changes=cfg)
+        >>> two = Row(kind="run", images_per_s=100.0, baseline=False, changes={**cfg, "workers": "2"})
+        >>> predicted_vs_achieved([base, two], {"2": 1.8})[1]
+        Gain(predicted=1.8, achieved=2.0)
+    """
+    base = next((r for r in rows if r.kind == "run" and r.baseline and r.images_per_s), None)
+    out: list[Gain] = []
+    for r in rows:
+        if base is None or r is base or r.kind != "run" or r.images_per_s is None:
+            out.append(Gain(None, None))
+            continue
+        differ = {k for k in {*r.changes, *base.changes}
+                  if str(r.changes.get(k)) != str(base.changes.get(k))}
+        predicted = curve.get(str(r.changes.get("workers"))) if differ == {"workers"} else None
+        out.append(Gain(predicted, r.images_per_s / (base.images_per_s or 1.0)))
+    return out
+
+
+__all__ = ["Gain", "RunRate", "TuneRowLike", "choose_winner", "predicted_vs_achieved",
+           "run_rate", "run_workers_curve", "skip_notes"]

@@ -93,6 +93,7 @@ def tune_json(result: dict[str, Any], config_path: str | None) -> dict[str, Any]
         "reason": result.get("reason"),
         "config_path": config_path,
         "rows": list(result.get("rows") or []),
+        "baseline_workers_curve": dict(result.get("baseline_workers_curve") or {}),
         "notes": list(result.get("notes") or []),
     }
 

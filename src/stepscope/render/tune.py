@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from stepscope.analysis.fmt import MISSING, fmt_pct, fmt_rate
+from stepscope.analysis.fmt import MISSING, fmt_pct, fmt_rate, fmt_ratio
 from stepscope.analysis.tune import TuneRowLike
 
 _SECTIONS = {
@@ -31,6 +31,10 @@ class TuneRowView(TuneRowLike, Protocol):
 
     @property
     def predicted_images_per_s(self) -> float | None: ...
+    @property
+    def capacity_speedup(self) -> float | None: ...
+    @property
+    def achieved_speedup(self) -> float | None: ...
     @property
     def winner(self) -> bool: ...
 
@@ -69,13 +73,16 @@ def _mark(row: TuneRowView) -> Text:
 def _add_row(table: Table, row: TuneRowView) -> None:
     if row.skipped:
         table.add_row(Text(""), Text(f"{row.label} (skipped: {row.skipped})", style="dim"), MISSING,
-                      "", "", "")
+                      "", "", "", "", "")
         return
     wait = "" if row.data_wait_frac is None else fmt_pct(row.data_wait_frac)
     predicted = "" if row.predicted_images_per_s is None else fmt_rate(row.predicted_images_per_s)
+    achieved = "" if row.achieved_speedup is None else fmt_ratio(row.achieved_speedup)
+    model = "" if row.capacity_speedup is None else fmt_ratio(row.capacity_speedup)
     style = "bold" if row.winner else ""
     table.add_row(_mark(row), Text(row.label, style=style),
-                  Text(fmt_rate(row.images_per_s), style=style), _spread(row), predicted, wait)
+                  Text(fmt_rate(row.images_per_s), style=style), _spread(row), predicted,
+                  achieved, model, wait)
 
 
 def tune_table(result: TuneResultView) -> RenderableType:
@@ -93,6 +100,8 @@ def tune_table(result: TuneResultView) -> RenderableType:
     table.add_column("img/s", justify="right", no_wrap=True)
     table.add_column("min–max", justify="right", no_wrap=True)
     table.add_column("predicted", justify="right", no_wrap=True)
+    table.add_column("× yours", justify="right", no_wrap=True)
+    table.add_column("model ×", justify="right", no_wrap=True)
     table.add_column("data wait", justify="right", no_wrap=True)
     for kind, title in _SECTIONS.items():
         rows = [r for r in result.rows if r.kind == kind]
@@ -100,7 +109,7 @@ def tune_table(result: TuneResultView) -> RenderableType:
             continue
         if table.row_count:
             table.add_section()
-        table.add_row("", Text(title, style="italic"), "", "", "", "")
+        table.add_row("", Text(title, style="italic"), "", "", "", "", "", "")
         for row in rows:
             _add_row(table, row)
     winner = ", ".join(f"{k}={v}" for k, v in result.winner.items())
@@ -109,5 +118,12 @@ def tune_table(result: TuneResultView) -> RenderableType:
         Text.assemble(("winner: ", "bold green"), winner),
         Text.assemble(("why: ", "bold"), result.reason),
     ]
+    if any(r.achieved_speedup is not None for r in result.rows):
+        parts.append(Text("× yours: this run's measured img/s ÷ your settings' run", style="dim"))
+    if any(r.capacity_speedup is not None for r in result.rows):
+        parts.append(Text("model ×: the speed-up the capacity model predicted from your run's "
+                          "stage capacities (read, decode, transform, collate per image; the "
+                          "cores the job may use), for runs that change the worker count only",
+                          style="dim"))
     parts += [Text(f"note: {n}", style="dim") for n in result.notes]
     return Group(*parts)

@@ -46,6 +46,9 @@ ProgressFn = Callable[[str, float], None]
 # train/ neither reads stores nor decides (analysis/ does): (chunk rates, data-wait share,
 # steady seconds, steady steps).
 RateReader = Callable[[Path], tuple[list[float], float, float, int]]
+# Reads the capacity model's speed-up per worker count from the baseline run's stage capacities
+# (``analysis.tune.run_workers_curve``, the curve ``compare`` uses); handed in for the same reason.
+CurveReader = Callable[[Path], dict[str, float]]
 
 # The config keys tune chooses; everything else in the user's config is kept as given.
 TUNED_KEYS = ("workers", "prefetch", "aug_backend", "precision", "channels_last")
@@ -67,6 +70,11 @@ class TuneRow:
         measured: what one image's time includes, and how many chunks were timed.
         seconds: time the measurement took, start-up included.
         predicted_images_per_s: for ``"run"`` rows, what the ceilings predicted.
+        capacity_speedup: for ``"run"`` rows that change only the worker count, the speed-up
+            over the baseline run the capacity model predicts from the baseline's stage
+            capacities (``analysis.tune.predicted_vs_achieved``); None otherwise.
+        achieved_speedup: for measured ``"run"`` rows but the baseline, this run's rate ÷ the
+            baseline run's.
         data_wait_frac: for ``"run"`` rows, share of steady step time spent waiting for data.
         baseline: this run used the user's own settings.
         winner: this run won.
@@ -82,6 +90,8 @@ class TuneRow:
     measured: str = ""
     seconds: float = 0.0
     predicted_images_per_s: float | None = None
+    capacity_speedup: float | None = None
+    achieved_speedup: float | None = None
     data_wait_frac: float | None = None
     baseline: bool = False
     winner: bool = False
@@ -100,6 +110,8 @@ class TuneResult:
         budget_s: the time budget asked for.
         elapsed_s: the time the tune took.
         device: where training ran (``"cpu"``, ``"cuda"``).
+        baseline_workers_curve: the capacity model's predicted speed-up per worker count
+            (``"1"``..``"16"``) from the baseline run's stage capacities; empty when not read.
     """
 
     rows: list[TuneRow]
@@ -109,6 +121,7 @@ class TuneResult:
     budget_s: float = 0.0
     elapsed_s: float = 0.0
     device: str = "cpu"
+    baseline_workers_curve: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -121,6 +134,12 @@ class TuneResult:
             self.winner = dict(best.changes)
         self.reason = reason
         self.notes.extend(notes)
+
+    def price(self, gains: Sequence[tuple[float | None, float | None]]) -> None:
+        """Take analysis's predicted and achieved speed-ups (``analysis.tune
+        .predicted_vs_achieved``), one pair per row in order."""
+        for row, (predicted, achieved) in zip(self.rows, gains, strict=True):
+            row.capacity_speedup, row.achieved_speedup = predicted, achieved
 
 
 @dataclass(frozen=True)
@@ -368,6 +387,8 @@ class _RunPlan:
     fallback_rate: float  # images/s guessed for a candidate nothing predicts
     read_rate: RateReader
     rows: list[TuneRow] = field(default_factory=list)
+    read_curve: CurveReader | None = None
+    baseline_curve: dict[str, float] = field(default_factory=dict)
 
 
 def _try_run(plan: _RunPlan, cand: Candidate, predicted: float | None, *, baseline: bool,
@@ -399,6 +420,9 @@ def _try_run(plan: _RunPlan, cand: Candidate, predicted: float | None, *, baseli
         row.min_images_per_s, row.max_images_per_s = min(rates), max(rates)
         row.measured = (f"train() for {steps} steps, {n} steady after {DEFAULT_WARMUP_STEPS} "
                         "warm-up; step = data wait + copy + forward/backward/update, as recorded")
+        if baseline and plan.read_curve is not None:
+            # Read now: the run's store goes with the temporary folder.
+            plan.baseline_curve = plan.read_curve(run_dir)
     plan.rows.append(row)
 
 
@@ -441,7 +465,8 @@ def _candidates(base: Candidate, loader: dict[tuple[str, int], float],
 
 
 def tune(cfg: TrainConfig, *, read_rate: RateReader, budget_s: float = 120.0,
-         progress: ProgressFn | None = None, clock: Clock = time.perf_counter) -> TuneResult:
+         progress: ProgressFn | None = None, clock: Clock = time.perf_counter,
+         read_curve: CurveReader | None = None) -> TuneResult:
     """Measure which settings train ``cfg`` fastest here, in about ``budget_s`` seconds.
 
     The result's ``winner`` is the user's own settings until :meth:`TuneResult.decide` takes
@@ -453,6 +478,8 @@ def tune(cfg: TrainConfig, *, read_rate: RateReader, budget_s: float = 120.0,
         budget_s: wall-clock budget for the whole tune; what does not fit is skipped and named.
         progress: called with (what is being measured, fraction of the budget spent).
         clock: injectable clock.
+        read_curve: reads the capacity model's speed-up per worker count from the baseline
+            run (``analysis.tune.run_workers_curve``); None skips the prediction.
 
     Returns:
         The measurements and what was not measured.
@@ -487,13 +514,13 @@ def tune(cfg: TrainConfig, *, read_rate: RateReader, budget_s: float = 120.0,
         with tempfile.TemporaryDirectory(prefix="stepscope-tune-") as tmp:
             plan = _RunPlan(cfg, budget, Path(tmp), math.ceil(len(split.train) / cfg.batch_size),
                             overhead_s=build_s + 2.0, fallback_rate=min(known, default=1.0),
-                            read_rate=read_rate)
+                            read_rate=read_rate, read_curve=read_curve)
             r_rows = _runs_stage(plan, ranked, say, notes)
     finally:
         torch.set_num_threads(threads_before)
     say("done")
     return TuneResult(c_rows + l_rows + r_rows, base.changes(), "", notes, budget_s,
-                      budget.elapsed(), device.type)
+                      budget.elapsed(), device.type, plan.baseline_curve)
 
 
 def _resolve_split(cfg: TrainConfig) -> data.DatasetSplit:
