@@ -262,3 +262,35 @@ def test_cuda_context_measured_around_lazy_init() -> None:
     cuda._lazy_init()  # already initialised: measured once
     facts = [m for m in h.messages() if m[0] == "F" and m[1] == "mem.cuda_context_bytes"]
     assert [f[2] for f in facts] == [480 << 20]
+
+
+def test_a_step_that_compiled_is_warm_up() -> None:
+    # torch.compile compiles in the first steps and again for a ragged last batch: a step
+    # during which the compile counter moved is warm-up, wherever it falls in the phase.
+    h = _Harness()
+    graphs = [0]
+    h.loop.compiles = lambda: graphs[0]
+    it = h.iterator()
+    for i in range(8):
+        h.fetch(it, 0.01)
+        if i in (0, 6):
+            graphs[0] += 1  # dynamo compiled during this step's forward
+        h.body("forward", 0.001)
+        h.body("backward", 0.02)
+        h.body("optimizer", 0.005)
+    h.stop(it)
+    warm = [m[10] for m in _steps(h.messages())]
+    assert warm == [True, True, True, False, False, False, True, False]
+
+
+def test_dynamo_compiles_reads_the_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    from types import SimpleNamespace
+
+    monkeypatch.delitem(sys.modules, "torch._dynamo.utils", raising=False)
+    assert loop_mod.dynamo_compiles() == 0  # dynamo never loaded: nothing compiled
+    fake = SimpleNamespace(counters={"stats": {"unique_graphs": 3}})
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", fake)
+    assert loop_mod.dynamo_compiles() == 3
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", SimpleNamespace())
+    assert loop_mod.dynamo_compiles() == 0  # another torch's layout: no claim

@@ -22,6 +22,8 @@ Rules, each for a loop shape seen in real scripts:
   feed the epoch without starting one; validation never starts one.
 - A step whose batch was dropped, because ``zip`` stopped on the shorter loader, is discarded;
   the same loader re-created at once (``except StopIteration: it = iter(loader)``) keeps it.
+- A step during which ``torch.compile`` compiled a graph (dynamo's counter moved) is warm-up,
+  wherever it falls: a recompile for a ragged last batch is no steady-state compute.
 - ``STEPSCOPE_WATCH_PHASE_HINT`` (``stepscope watch --phase-hint``): ``mode`` decides the phase
   by module mode and ``grad`` by grad mode, for loops whose optimizer is invisible to torch's
   hooks; ``stepscope.phase_hint("val")`` forces a phase around a block of the script.
@@ -39,6 +41,7 @@ while the loop waited for data, not the CPU's wait (queued kernels overlap it).
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -100,12 +103,15 @@ class LoopTracker:
         events: returns a new CUDA timing event, or None while CUDA is not in use.
         mode_kind: the phase by the hint's rule (``mode``/``grad``), asked at batch arrival.
         hint: ``auto`` (by what the loop does), ``mode`` or ``grad``.
+        compiles: how many graphs ``torch.compile`` has compiled so far (:func:`dynamo_compiles`).
     """
 
     def __init__(self, rec: Recorder, *, events: Callable[[], Any] = lambda: None,
                  mode_kind: Callable[[str], str] = lambda hint: "train",
-                 hint: str | None = None) -> None:
+                 hint: str | None = None, compiles: Callable[[], int] = lambda: 0) -> None:
         self.rec = rec
+        self.compiles = compiles
+        self.compiled = 0  # compiles() at the last step's end
         self.events = events
         self.mode_kind = mode_kind
         self.hint = hint if hint in HINTS else "auto"
@@ -260,8 +266,13 @@ class LoopTracker:
         index = ph.steps
         ph.steps += 1
         ph.images += s.images
+        # A step during which torch.compile compiled (the first call, a recompile for a ragged
+        # last batch or a new grad mode) is warm-up wherever it falls: its seconds of compiling
+        # are no steady-state compute.
+        compiled, self.compiled = self.compiled, self.compiles()
+        warm = index < ph.warm or compiled != self.compiled
         msg = ["S", ph.seq, index, self.rec.unix(s.t_start), wall, wait, transfer, compute - comm,
-               other, s.images, index < ph.warm, comm]
+               other, s.images, warm, comm]
         if s.ev_req is not None and s.ev_batch is not None and ev_end is not None:
             self.pending.append((msg, ev_end, s, ph))
             self.resolve(block=False)
@@ -289,6 +300,16 @@ class LoopTracker:
         for ph in (self.val_phase, self.train_phase):
             if ph is not None and not ph.ended:
                 self.rec.end_phase(ph, t)
+
+
+def dynamo_compiles() -> int:
+    """Graphs ``torch.compile`` (dynamo) has compiled in this process, first compiles and
+    recompiles alike; 0 while dynamo is not loaded (a dict lookup: cheap enough per step)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    try:
+        return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
+    except (AttributeError, KeyError, TypeError, ValueError):  # another torch's layout
+        return 0
 
 
 def gpu_split(msg: list[Any], s: LoopStep, ev_end: Any) -> list[Any]:

@@ -52,7 +52,8 @@ def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
     """Patch ``torch`` in place so that ``rec`` sees its loops; returns the loop tracker."""
     loop: LoopTracker = loop_module.LoopTracker(
         rec, events=lambda: _cuda_event(torch), hint=loop_module.hint_from_env(),
-        mode_kind=lambda hint: _phase_now(torch, rec, hint))
+        mode_kind=lambda hint: _phase_now(torch, rec, hint),
+        compiles=loop_module.dynamo_compiles)
     setattr(loop_module, "ACTIVE", loop)  # noqa: B010 (a module attribute mypy cannot see)
     rec.at_exit_hooks.append(loop.flush)
     baseline = _status_bytes("VmRSS")
