@@ -74,3 +74,23 @@ def test_the_baseline_run_alone_hands_its_store_to_the_capacity_curve_reader(
              say=lambda s: None)
     assert read == [tmp_path / "run0"] and plan.baseline_curve == {"2": 1.5}
     assert [r.images_per_s for r in plan.rows] == [11.0, 11.0]
+
+
+def test_an_unreadable_baseline_costs_the_prediction_not_the_tune(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    from stepscope.errors import StepscopeError
+    from stepscope.train import tune as tuning
+
+    monkeypatch.setattr(tuning, "_real_run", lambda *args: None)
+
+    def read_curve(run_dir: Path) -> dict[str, float]:
+        raise StepscopeError(f"{run_dir}: no run database")
+
+    said: list[str] = []
+    plan = _RunPlan(SimpleNamespace(batch_size=8), tp.Budget(1e6, FakeClock()), tmp_path,  # type: ignore[arg-type]
+                    epoch_steps=10, overhead_s=0.5, fallback_rate=100.0,
+                    read_rate=lambda p: ([10.0, 11.0, 12.0], 0.1, 1.0, 5), read_curve=read_curve)
+    _try_run(plan, Candidate(1, 2, "fused", "fp32", True), None, baseline=True, share=2,
+             say=said.append)
+    assert plan.baseline_curve == {} and plan.rows[0].images_per_s == 11.0
+    assert any("no capacity prediction" in s for s in said)

@@ -421,8 +421,13 @@ def _try_run(plan: _RunPlan, cand: Candidate, predicted: float | None, *, baseli
         row.measured = (f"train() for {steps} steps, {n} steady after {DEFAULT_WARMUP_STEPS} "
                         "warm-up; step = data wait + copy + forward/backward/update, as recorded")
         if baseline and plan.read_curve is not None:
-            # Read now: the run's store goes with the temporary folder.
-            plan.baseline_curve = plan.read_curve(run_dir)
+            # Read now: the run's store goes with the temporary folder. The prediction is an
+            # extra column: a store it cannot read must not cost the user the tune.
+            try:
+                plan.baseline_curve = plan.read_curve(run_dir)
+            except Exception as exc:
+                plan.baseline_curve = {}
+                say(f"no capacity prediction: the baseline run could not be read ({exc})")
     plan.rows.append(row)
 
 
