@@ -8,11 +8,15 @@ half-written file (rename within one filesystem is atomic).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import pickle
 import re
+import signal
+import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,22 +38,47 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> CheckpointWrite:
     """Write ``state`` to ``path`` atomically; returns its size and how long it took."""
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    # fsync: after a crash or power loss last.pt is the old checkpoint or the new one, whole.
-    try:
-        with atomic_open(path, "wb", fsync=True) as fh:
-            torch.save(state, fh)
-    except RuntimeError as exc:
-        # Ctrl-C (or SIGTERM, see loop.stop_on_sigterm) or a full disk inside torch.save: its
-        # zip writer's cleanup then fails too and reports that instead. The temporary file is
-        # gone either way; what the caller must see is the interrupt or the disk's error.
-        cause = exc.__context__
-        if isinstance(cause, (KeyboardInterrupt, OSError)):
-            raise cause from None
-        raise
-    # The digest beside it lets a later load tell a file changed since (tampered, or damaged
-    # on disk) from the one written here; the page cache serves this read.
-    atomic_write_text(_digest_path(path), f"{_sha256(path)}  {path.name}\n")
+    # The checkpoint and its digest are two renames: an interrupt between them would leave a
+    # digest of the old file beside the new one, and the next load would refuse it. Ctrl-C and
+    # SIGTERM wait until both are written (a few seconds at most), then act as they would have.
+    with _signals_deferred():
+        # fsync: after a crash or power loss last.pt is the old checkpoint or the new one, whole.
+        try:
+            with atomic_open(path, "wb", fsync=True) as fh:
+                torch.save(state, fh)
+        except RuntimeError as exc:
+            # A full disk inside torch.save: its zip writer's cleanup then fails too and
+            # reports that instead. What the caller must see is the disk's error.
+            cause = exc.__context__
+            if isinstance(cause, (KeyboardInterrupt, OSError)):
+                raise cause from None
+            raise
+        # The digest beside it lets a later load tell a file changed since (tampered, or
+        # damaged on disk) from the one written here; the page cache serves this read.
+        atomic_write_text(_digest_path(path), f"{_sha256(path)}  {path.name}\n")
     return CheckpointWrite(path, path.stat().st_size, time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block, then deliver the first one that came, to the
+    handlers that were there before. Only the main thread can set handlers: elsewhere the
+    block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.getsignal(s) for s in wanted}
+    for s in wanted:
+        signal.signal(s, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    if held:
+        signal.raise_signal(held[0])
 
 
 def _digest_path(path: Path) -> Path:
