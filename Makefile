@@ -24,8 +24,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Each test module runs in its own interpreter: the suite starts real trainers, DataLoader
+# workers, DDP ranks and framework runtimes, and one module's leftover children, threads or
+# page-cache state must not change what a later module measures. Every module runs; any
+# failure fails the target.
 pytest: $(STAMP)
-	$(PY) -m pytest
+	@fail=""; for f in tests/test_*.py; do \
+	  $(PY) -m pytest -q -p no:cacheprovider $$f || fail="$$fail $$f"; \
+	done; \
+	if [ -n "$$fail" ]; then echo "failed modules:$$fail"; exit 1; fi; echo "all test modules passed"
 
 test: lint typecheck pytest
 
