@@ -67,9 +67,13 @@ def _assert_input_bound(summary: dict[str, Any], steps: int) -> None:
         assert p["verdict"] == "input-bound", p
         assert p["data_wait_frac"] >= INPUT_WAIT_MIN, p
         assert p["input_cause"] == "workers", p
-    # Loading 150 ms a batch: the measured wait per step is the planted cost, give or take.
-    steady = summary["by_phase"]["train"]["data_wait_ms_per_step"]
-    assert 0.8 * INPUT_MS <= steady <= 2.0 * INPUT_MS
+    # Loading 150 ms a batch paces the step: the step lasts the planted cost, give or take. The
+    # wait alone can be shorter: where the pipeline prefetches (tf-keras wraps a generator in
+    # tf.data), the next batch is loading while this step computes, and the loader's Python
+    # busy loop holds the GIL the compute needs, so part of the planted cost is spent overlapped.
+    train_all = summary["by_phase"]["train"]
+    assert 0.8 * INPUT_MS <= train_all["step_ms_per_step"] <= 2.0 * INPUT_MS, train_all
+    assert train_all["data_wait_ms_per_step"] >= 0.5 * INPUT_MS, train_all
 
 
 def _assert_compute_bound(summary: dict[str, Any], steps: int) -> None:
