@@ -113,6 +113,27 @@ def test_input_bound(tmp_path: Path, backend: str, kind: str, extra: list[str]) 
 
 
 @pytest.mark.slow
+def test_pydataset_worker_processes_busy_time(tmp_path: Path) -> None:
+    """Planted: PyDataset(workers=2, use_multiprocessing=True), 150 ms of CPU per batch, a tiny
+    model: both pool processes build batches all the time and the loop still waits on them.
+    Each worker process's time inside ``__getitem__`` comes back as the phase's worker rows."""
+    s = _run(tmp_path, "tensorflow", "pydataset", str(INPUT_MS), "dense", "--workers", "2",
+             "--mp", "--steps", "16")
+    assert s["loader"]["workers"] == 2 and s["loader"]["multiprocessing"] is True
+    train = _train(s)
+    assert [p["epoch"] for p in train] == [1, 2]
+    for p in train:
+        assert p["verdict"] == "input-bound", p
+    # Epoch 1 also holds tracing and the pool's start; epoch 2 is the steady state.
+    last = train[-1]
+    busy = last["loader"]["worker_busy_s"]
+    assert len(busy) == 2, last["loader"]
+    for b in busy:  # wall time inside __getitem__: waiting for a core under load counts too
+        assert b / last["seconds"] >= 0.5, (busy, last["seconds"])
+    _assert_keras_words(s)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "kind"), [("tensorflow", "pydataset"),
                                                ("tensorflow", "tfdata"),
                                                ("jax", "pydataset"), ("torch", "pydataset")])

@@ -57,6 +57,24 @@ def install(keras: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
     rec.fact("loop.framework", "keras", "watch: the script called Keras 3's Model.fit/evaluate")
     rec.fact("loop.keras_backend", backend, "watch: keras.backend.backend()")
     patch_backend(backend, rec, steps)
+    _time_pool_workers(rec, "keras.src.trainers.data_adapters.py_dataset_adapter", count_images)
+
+
+def _time_pool_workers(rec: Recorder, module_name: str,
+                       count_images: Callable[[Any], int]) -> None:
+    """Each PyDataset worker process's busy time (see ``install_pool_workers``)."""
+    import importlib
+
+    kstages = _kstages()
+    try:
+        found = kstages.install_pool_workers(importlib.import_module(module_name),
+                                             count_images)
+    except Exception as exc:  # another Keras layout: the workers' CPU is still sampled
+        found, why = False, f"{type(exc).__name__}: {exc}"
+    else:
+        why = "no get_index"
+    if not found:
+        rec.note("watch", f"Keras worker processes' busy time not measured ({why})")
 
 
 _STEPS: dict[int, KerasSteps] = {}
@@ -96,12 +114,10 @@ def install_tf_keras(tf_keras: ModuleType, rec: Recorder,
     rec.fact("loop.framework", "tf.keras", "watch: the script called tf-keras's Model.fit/evaluate")
     rec.fact("loop.keras_backend", "tensorflow", "watch: tf-keras runs on TensorFlow")
     patch_backend("tf.keras", rec, steps)
+    _time_pool_workers(rec, "tf_keras.src.utils.data_utils", count_images)
 
 
-def install_image_stages(module: ModuleType, rec: Recorder,
-                         count_images: Callable[[Any], int]) -> None:
-    """Time ImageDataGenerator's load / transform / preprocess stages (Keras 3 legacy or
-    tf-keras module); the counters are read at each phase boundary."""
+def _kstages() -> ModuleType:
     if TYPE_CHECKING:
         from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
     else:
@@ -109,6 +125,14 @@ def install_image_stages(module: ModuleType, rec: Recorder,
             import stepscope_watch_keras_stages as kstages
         except ImportError:
             from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
+    return kstages
+
+
+def install_image_stages(module: ModuleType, rec: Recorder,
+                         count_images: Callable[[Any], int]) -> None:
+    """Time ImageDataGenerator's load / transform / preprocess stages (Keras 3 legacy or
+    tf-keras module); the counters are read at each phase boundary."""
+    kstages = _kstages()
     steps = keras_steps(rec, count_images)
     if steps.stages is None:
         steps.stages = kstages.LoaderStages(steps.clock)

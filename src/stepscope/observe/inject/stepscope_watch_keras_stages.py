@@ -12,17 +12,34 @@ The legacy ``ImageDataGenerator`` iterators (``flow``, ``flow_from_directory``,
   the rescale/centring options
 
 and ``__getitem__`` as a whole is the batch, timed per loading thread (``busy_s`` by thread:
-how busy each PyDataset worker thread was). Counters live in this process: worker *processes*
-(``use_multiprocessing=True``) keep their own, which are not collected (their CPU is sampled
-per process instead). Standard library only.
+how busy each PyDataset worker thread was).
+
+``PyDataset(workers=N, use_multiprocessing=True)`` (and tf-keras's ``fit(workers=N,
+use_multiprocessing=True)``) builds batches in a ``multiprocessing.Pool``: the enqueuer sends
+each index to the pool as ``apply_async(get_index, (uid, i))``, and ``get_index`` is pickled by
+name, so the worker runs whatever the module's ``get_index`` is. ``install_pool_workers``
+replaces it with one that times the call in a pool worker on that process's own stage board
+(``stepscope_watch_stages``: a memory-mapped page per process, read by the training process at
+phase boundaries), so each worker's busy time comes back as the phase's ``workers`` rows, as a
+DataLoader worker's does. Forked workers inherit the replacement; in the training process itself
+(``workers>1`` as threads) it is a plain call. Standard library only.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.observe.inject import stepscope_watch_stages as board_stages
+else:
+    try:  # in the watched interpreter a top-level module (see sitecustomize)
+        import stepscope_watch_stages as board_stages
+    except ImportError:
+        from stepscope.observe.inject import stepscope_watch_stages as board_stages
 
 STAGES = ("load", "transform", "preprocess")
 
@@ -106,3 +123,29 @@ def install(module: Any, stages: LoaderStages) -> None:
             stages.batch(clock() - t0)
 
     it.__getitem__ = __getitem__
+
+
+def install_pool_workers(module: Any, count_images: Callable[[Any], int]) -> bool:
+    """Time ``module.get_index`` (Keras 3's ``py_dataset_adapter`` or tf-keras's
+    ``data_utils``) in pool worker processes; False when this Keras has no such function."""
+    orig = getattr(module, "get_index", None)
+    if orig is None or getattr(orig, "_stepscope_stage", None):
+        return orig is not None
+    parent = os.getpid()
+
+    def get_index(uid: Any, i: Any) -> Any:
+        if os.getpid() == parent:  # a thread pool: the loop's own process
+            return orig(uid, i)
+        timer = board_stages.BatchTimer(0)
+        with timer:
+            out = orig(uid, i)
+            timer.items = count_images(out)
+        return out
+
+    # pickle sends the function by module and name: the worker finds this one there.
+    get_index.__module__ = orig.__module__
+    get_index.__qualname__ = orig.__qualname__
+    get_index._stepscope_stage = "fetch"  # type: ignore[attr-defined]
+    get_index.__wrapped__ = orig  # type: ignore[attr-defined]
+    module.get_index = get_index
+    return True
