@@ -294,3 +294,40 @@ def test_dynamo_compiles_reads_the_counter(monkeypatch: pytest.MonkeyPatch) -> N
     assert loop_mod.dynamo_compiles() == 3
     monkeypatch.setitem(sys.modules, "torch._dynamo.utils", SimpleNamespace())
     assert loop_mod.dynamo_compiles() == 0  # another torch's layout: no claim
+
+
+def test_framework_copy_before_batch_start_is_transfer() -> None:
+    # Lightning: fetch (30 ms), transfer_batch_to_device (40 ms), a hook (1 ms), then the
+    # batch-start callback; the step's wait ends where the copy began.
+    h = _Harness()
+    h.rec.cb_phase_begin("val", lambda first, last: 0)
+    for _ in range(2):
+        h.clock.t += 0.030
+        t0 = h.clock.t
+        h.clock.t += 0.040
+        h.rec.cb_transfer(t0, 0.040)
+        h.clock.t += 0.001
+        h.rec.cb_batch_begin(0)
+        h.clock.t += 0.010
+        h.rec.cb_batch_end(0, 8)
+    h.rec.cb_phase_end()
+    steps = [m for m in h.messages() if m[0] == "S"]
+    assert len(steps) == 2
+    for s in steps:
+        wall, wait, transfer, compute, other = s[4:9]
+        assert (wait, transfer) == (pytest.approx(0.030), pytest.approx(0.040))
+        assert compute == pytest.approx(0.011) and other == pytest.approx(0.0, abs=1e-9)
+        assert wall == pytest.approx(wait + transfer + compute + other)
+
+
+def test_framework_copy_outside_a_phase_is_ignored() -> None:
+    h = _Harness()
+    h.rec.cb_transfer(h.clock.t, 0.040)  # sanity-check validation: no phase is open
+    h.rec.cb_phase_begin("val", lambda first, last: 0)
+    h.clock.t += 0.030
+    h.rec.cb_batch_begin(0)
+    h.clock.t += 0.010
+    h.rec.cb_batch_end(0, 8)
+    h.rec.cb_phase_end()
+    (s,) = [m for m in h.messages() if m[0] == "S"]
+    assert (s[5], s[6]) == (pytest.approx(0.030), 0.0)

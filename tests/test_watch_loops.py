@@ -96,9 +96,19 @@ def test_timm_multi_epochs_loader_counts_epochs(tmp_path: Path) -> None:
 def test_lightning_mid_epoch_validation_keeps_the_epoch(tmp_path: Path) -> None:
     # watch runs the script in its own process: Lightning never loads into this one.
     reader, summary = _run(tmp_path, "lightning_val_interval.py")
-    assert _phases(reader) == [(1, "train", 16), (1, "val", 2), (1, "val", 2),
-                               (2, "train", 16), (2, "val", 2), (2, "val", 2)]
+    assert _phases(reader) == [(1, "train", 16), (1, "val", 4), (1, "val", 4),
+                               (2, "train", 16), (2, "val", 4), (2, "val", 4)]
     assert _verdict(summary) == "input-bound"
+    # transfer_batch_to_device (overridden to sleep 40 ms) runs in the strategy's batch_to_device
+    # before the batch-start hook: it is the step's transfer, not data wait. Validation's data
+    # is in memory, so the copy is all it waits for.
+    assert _verdict(summary, "val") == "transfer-bound"
+    kinds = {p.phase_id: p.phase for p in reader.phases()}
+    for kind, wait in (("train", 0.16), ("val", 0.0)):
+        steady = [s for s in reader.steps() if not s.warmup and kinds[s.phase_id] == kind]
+        transfer = sum(s.transfer_s for s in steady) / len(steady)
+        assert 0.038 < transfer < 0.2, (kind, transfer)
+        assert sum(s.data_wait_s for s in steady) / len(steady) >= wait * 0.9, kind
     _adds_up(reader)
 
 
@@ -130,3 +140,4 @@ def test_torch_compile_warm_up_is_not_steady(tmp_path: Path) -> None:
     # The planted 320 ms of data per step dominates the steady steps.
     assert sum(s.data_wait_s for s in steady) > 0.6 * sum(s.wall_s for s in steady)
     _adds_up(reader)
+

@@ -9,9 +9,9 @@ Examples:
 The steps and phases come from the same Lightning hooks ``stepscope watch`` installs
 (``observe/inject/stepscope_watch_lightning.py``): a train epoch start opens a train phase, a
 validation epoch start a val phase (sanity-check validation is not recorded); a step's data wait
-runs from the previous batch's end to ``on_*_batch_start``, which Lightning calls after fetching
-the batch and moving it to the device, so the copy to the device is inside the data wait;
-compute runs from batch start to batch end. At the end of ``fit`` the run directory gets
+runs from the previous batch's end to the start of ``transfer_batch_to_device`` (which Lightning
+runs after fetching the batch, before ``on_*_batch_start``), the time in that hook is the step's
+transfer, and compute runs from batch start to batch end. At the end of ``fit`` the run directory gets
 ``summary.json`` and ``report.html``, as after ``watch``.
 
 Importing this module needs nothing but stepscope; using :class:`Callback` needs Lightning
@@ -57,6 +57,7 @@ def _callback_class(pl: ModuleType) -> type:
     from stepscope.observe.inject.stepscope_watch_recorder import count_images
 
     base: Any = hooks._callback_class(pl, ACTIVE, count_images)
+    hooks._time_batch_transfer(pl, ACTIVE)  # a callback cannot see the copy; this hook does
 
     class Callback(base):
         """Records ``Trainer.fit`` into ``out`` (run.db, then summary.json and report.html).

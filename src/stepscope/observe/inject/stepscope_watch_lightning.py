@@ -11,7 +11,10 @@ after the epoch's last training batch closes the train phase; validation in the 
 (``val_check_interval < 1``) is nested: the train phase stays open and its steps resume after.
 Data wait runs from the previous batch end (or the validation's end) to the batch-start hook,
 compute from batch start to batch end. Lightning moves the batch to the device before the
-batch-start hook, so on a GPU a copy (and any wait for queued work it causes) counts as data wait.
+batch-start hook (the strategy's ``batch_to_device`` runs the LightningModule's
+``transfer_batch_to_device`` hook, the user's override included): that hook is timed and booked
+as the step's transfer, and the data wait ends where it began. On a GPU a blocking copy also
+waits there for queued work, which then counts as transfer, not data wait.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def install(pl: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -
         orig_init(self, *args, **kwargs)
 
     trainer_cls.__init__ = __init__
+    _time_batch_transfer(pl, rec)
     for name in ("fit", "validate", "test", "predict"):
         orig = getattr(trainer_cls, name, None)
         if orig is not None:
@@ -58,6 +62,26 @@ def _framework_loop(orig: Callable[..., Any], rec: Recorder) -> Callable[..., An
 
     wrapper.__name__ = getattr(orig, "__name__", "loop")
     return wrapper
+
+
+def _time_batch_transfer(pl: ModuleType, rec: Recorder) -> None:
+    """Time ``transfer_batch_to_device`` where Lightning calls it: ``_call_batch_hook`` (2.x)
+    dispatches it to the module's (or the datamodule's) override. Other batch hooks
+    (``on_after_batch_transfer``: GPU augmentation) are not copies and stay in the step."""
+    module_cls = getattr(pl, "LightningModule", None)
+    orig = getattr(module_cls, "_call_batch_hook", None)
+    if module_cls is None or orig is None:
+        return
+
+    def _call_batch_hook(self: Any, hook_name: str, *args: Any) -> Any:
+        if hook_name != "transfer_batch_to_device" or not rec.owner():
+            return orig(self, hook_name, *args)
+        t0 = rec.clock()
+        out = orig(self, hook_name, *args)
+        rec.cb_transfer(t0, rec.clock() - t0)
+        return out
+
+    module_cls._call_batch_hook = _call_batch_hook
 
 
 def _callback_class(pl: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -> type:

@@ -14,10 +14,13 @@ moment the loop asks the loader for a batch to the moment it asks for the next o
 
 - ``data_wait_s``: blocked in the loader's ``__next__`` (the first step of a phase also pays for
   creating the iterator, which starts the DataLoader workers). Lightning: from the end of the
-  previous batch (or the phase start) to the batch-begin callback. Keras: measured where each
+  previous batch (or the phase start) to the start of its host→device copy
+  (``transfer_batch_to_device``), or to the batch-begin callback. Keras: measured where each
   backend fetches its batch (``stepscope_watch_keras_steps``).
 - ``transfer_s``: ``Tensor.to``/``Tensor.cuda`` calls that moved a tensor to a non-CPU device,
   on the main thread, CPU-side time (a ``non_blocking`` copy only costs its launch here).
+  Lightning: the time in the LightningModule's ``transfer_batch_to_device`` hook, which the
+  strategy runs before the batch-begin callback (:meth:`Recorder.cb_transfer`).
 - ``compute_s``: training steps with an ``optimizer.step()``: from the batch's arrival to the end
   of the step's last ``optimizer.step()``, minus the transfers before it. Validation steps, and
   training steps without an optimizer step (gradient accumulation): everything after the batch's
@@ -179,6 +182,7 @@ class Recorder:
         self._cb_mark = 0.0
         self.cb_images: Callable[[int, int], int] = lambda first, last: 0
         self._cb_first = 0
+        self._cb_copy: tuple[float, float] | None = None  # (start, seconds) before batch begin
         self._cb_outer: tuple[PhaseState | None, Callable[[int, int], int]] | None = None
         self.at_exit_hooks: list[Callable[[float], None]] = []  # e.g. the loop tracker's flush
         self.rss_marks: dict[str, int] = {}  # RSS at named moments (Keras's memory ledger)
@@ -311,6 +315,7 @@ class Recorder:
         self.cb_phase = self.begin_phase(phase, None, t)
         self.cb_images = images
         self._cb_mark = t
+        self._cb_copy = None
 
     def cb_nested_begin(self, phase: str, images: Callable[[int, int], int]) -> None:
         """A phase inside the open one (Lightning's validation every N training batches): the
@@ -321,6 +326,7 @@ class Recorder:
         self.cb_phase = self.begin_phase(phase, None, t)  # a val phase closes only val phases
         self.cb_images = images
         self._cb_mark = t
+        self._cb_copy = None
 
     def cb_nested_end(self) -> None:
         t = self.clock()
@@ -331,11 +337,21 @@ class Recorder:
         if outer is not None and outer[0] is not None and not outer[0].ended:
             self.cb_phase, self.cb_images = outer
         self._cb_mark = t  # the validation's time is no training step's data wait
+        self._cb_copy = None
 
     def cb_phase_end(self) -> None:
         if self.cb_phase is not None:
             self.end_phase(self.cb_phase, self.clock())
             self.cb_phase = None
+
+    def cb_transfer(self, t0: float, dt: float) -> None:
+        """The framework copied the next batch to the device from ``t0`` for ``dt`` seconds,
+        before its batch-begin callback (Lightning's ``batch_to_device``): the data wait ends
+        where the first copy began, and the copies are the step's transfer."""
+        if self.cb_phase is None or self.step is not None:
+            return  # no phase (sanity check), or a copy inside the step: not the batch's
+        start, spent = self._cb_copy if self._cb_copy is not None else (t0, 0.0)
+        self._cb_copy = (start, spent + dt)
 
     def cb_batch_begin(self, first: int) -> None:
         t = self.clock()
@@ -343,7 +359,12 @@ class Recorder:
             return
         self.end_step(t)
         self._cb_first = first
-        self.begin_step(self.cb_phase, self._cb_mark, t, 0)
+        copy, self._cb_copy = self._cb_copy, None
+        if copy is not None and self._cb_mark <= copy[0] <= t:
+            self.step = OpenStep(self.cb_phase, self._cb_mark, copy[0], 0)
+            self.step.transfer_s = min(copy[1], t - copy[0])
+        else:
+            self.begin_step(self.cb_phase, self._cb_mark, t, 0)
 
     def cb_batch_end(self, last: int, images: int | None = None) -> None:
         t = self.clock()
