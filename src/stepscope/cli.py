@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from stepscope.analysis.contracts_summary import Summary
 from stepscope.errors import StepscopeError, disk_error
 from stepscope.store.rundir import RunDir
 
@@ -64,7 +65,7 @@ def _root(
 
 
 def _finish_run(run_dir: Path, *, show: bool = True, as_json: bool = False,
-                tensorboard: Path | None = None, live: Any = None) -> dict[str, Any]:
+                tensorboard: Path | None = None, live: Any = None) -> Summary:
     """Analyse a recorded run, write summary.json and report.html (and TensorBoard event files
     into ``tensorboard``), print the verdicts."""
     from stepscope.finish import finish_run

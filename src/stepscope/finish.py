@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from stepscope.analysis.contracts_summary import Summary
 from stepscope.analysis.explain import Answer
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ class FinishedRun:
     """What finishing a run produced: the summary, the explanation and the files written."""
 
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     answers: list[Answer]
     report: Path
     tensorboard: Path | None = None

@@ -16,8 +16,8 @@ import html
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from stepscope.analysis.contracts_summary import Summary
 from stepscope.analysis.explain import Answer
 
 FRAME_HEIGHT_PX = 900
@@ -28,7 +28,7 @@ class RunView:
     """One analysed run, displayable: ``_repr_html_`` for Jupyter, ``str`` for terminals."""
 
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     answers: list[Answer]
     report_html: str
 

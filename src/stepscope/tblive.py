@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from stepscope.analysis.contracts_summary import Summary
 from stepscope.errors import StepscopeError
 from stepscope.render.tensorboard import (
     EventWriter,
@@ -122,7 +123,7 @@ class LiveTensorBoard:
                 self._ev.scalar(st.tag, mean * st.scale, second, wall)
         self._samples_until = until
 
-    def finish(self, summary: dict[str, Any], answers: Sequence[Any]) -> Path:
+    def finish(self, summary: Summary, answers: Sequence[Any]) -> Path:
         """Stop following, add the last records, the per-phase figures and the words."""
         self._stop.set()
         if self._thread is not None:

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepscope.analysis.contracts_summary import ArrivalAnalysis, NodeRow, RankArrival, RankRow
 from stepscope.store.records import ArrivalRecord
 
 WARMUP_ALLREDUCES = 3  # as the step warm-up: first-iteration allocation and bucket rebuilds
@@ -150,14 +151,14 @@ def recurrence(late: Sequence[bool]) -> str:
     return "scattered"
 
 
-def rank_arrival_row(lt: Lateness, threshold_s: float) -> dict[str, Any]:
+def rank_arrival_row(lt: Lateness, threshold_s: float) -> RankArrival:
     """The arrival fields of one rank's ``summary["ranks"]`` entry."""
     flags = [x >= threshold_s for x in lt.late_s]
     n = len(flags)
     rec = recurrence(flags)
     start, length = longest_run(flags)
     late_vals = [x for x, f in zip(lt.late_s, flags, strict=True) if f]
-    row: dict[str, Any] = {
+    row: RankArrival = {
         "allreduces_compared": n,
         "arrival_late_ms_median": _ms(statistics.median(lt.late_s)) if n else None,
         "arrived_last_frac": sum(lt.last) / n if n else None,
@@ -180,7 +181,7 @@ def _ms(s: float) -> float:
     return s * 1000.0
 
 
-def analyze_arrivals(ranks: Sequence[RankArrivals]) -> dict[str, Any] | None:
+def analyze_arrivals(ranks: Sequence[RankArrivals]) -> ArrivalAnalysis | None:
     """Per-rank arrival rows (by rank) and the job's arrival section; None without arrivals on
     every rank (a store from before arrivals were recorded, or a script with its own hook)."""
     if len(ranks) < 2 or any(not r.arrivals for r in ranks):
@@ -223,15 +224,15 @@ def arrival_evidence(rank: int, row: Mapping[str, Any], job: Mapping[str, Any]) 
 
 
 # Here, not in ranks.py, so that ranks.py and rankscale.py both import it without a circle.
-def nodes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def nodes(rows: Sequence[RankRow]) -> list[NodeRow]:
     """Ranks grouped by node: the host they ran on (``dist.host``) and, where the launcher
     numbers nodes (torchrun's GROUP_RANK, Lightning's NODE_RANK), that number, in rank order."""
     by_node: dict[tuple[str, int | None], list[int]] = {}
     for r in rows:
         by_node.setdefault((r["host"] or "unknown host", r.get("node_rank")), []).append(r["rank"])
-    out = []
+    out: list[NodeRow] = []
     for (host, node_rank), ks in sorted(by_node.items(), key=lambda kv: kv[1][0]):
-        entry: dict[str, Any] = {"host": host, "ranks": ks,
+        entry: NodeRow = {"host": host, "ranks": ks,
                                  "stragglers": [r["rank"] for r in rows
                                                 if r["rank"] in ks and r["straggler"]]}
         if node_rank is not None:

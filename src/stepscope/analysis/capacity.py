@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from stepscope.analysis.contracts_summary import CapacityRow, PredictionRow
 from stepscope.policy import job_cpu_capacity
 
 # Headroom asked of the loaders over what the model consumes: steps vary, and a queue that is
@@ -127,8 +128,9 @@ class Capacity:
     binding: str | None
     stage_ms_per_image: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+    def to_dict(self) -> CapacityRow:
+        # The row's keys are this dataclass's fields, one for one (contracts_summary.CapacityRow).
+        return cast("CapacityRow", dict(vars(self)))
 
 
 def job_cores(affinity: float | None, quota: float | None) -> float | None:
@@ -309,7 +311,7 @@ def predict_without_stage(cap: Capacity, lf: LoaderFigures, stage: str) -> Predi
                       f"{stage} {ms:.1f} ms of {per_loader_ms:.1f} ms per image in a loader")
 
 
-def predictions(lf: LoaderFigures, cap: Capacity, phase: dict[str, Any]) -> list[dict[str, Any]]:
+def predictions(lf: LoaderFigures, cap: Capacity, phase: dict[str, Any]) -> list[PredictionRow]:
     """Every fix the capacities can price for this phase, as plain dicts (summary.json)."""
     found: list[Prediction | None] = []
     target = workers_target(cap, lf)
@@ -319,8 +321,16 @@ def predictions(lf: LoaderFigures, cap: Capacity, phase: dict[str, Any]) -> list
         found.append(predict_persistent(phase, lf))
     for stage in ("transform", "decode", "item", "collate"):
         found.append(predict_without_stage(cap, lf, stage))
-    return [dict(vars(p)) | ({"workers": target} if p.change.startswith("num_workers") else {})
-            for p in found if p is not None and p.speedup >= 1.0]
+    out: list[PredictionRow] = []
+    for p in found:
+        if p is None or p.speedup < 1.0:
+            continue
+        row: PredictionRow = {"change": p.change, "images_per_s": p.images_per_s,
+                              "speedup": p.speedup, "basis": p.basis}
+        if p.change.startswith("num_workers") and target is not None:
+            row["workers"] = target
+        out.append(row)
+    return out
 
 
 def workers_curve(cap: Capacity, lf: LoaderFigures, up_to: int = 16) -> dict[str, float]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepscope.analysis.contracts_summary import PhaseRow, Summary
+
 
 @dataclass(frozen=True)
 class PhaseDelta:
@@ -118,7 +120,7 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else b - a
 
 
-def overall_images_per_s(summary: dict[str, Any], phase: str) -> float | None:
+def overall_images_per_s(summary: Summary, phase: str) -> float | None:
     """All images of one phase kind over all its seconds (an epoch-weighted mean would let a
     short epoch count as much as a long one)."""
     rows = [p for p in summary.get("phases", []) if p.get("phase") == phase]
@@ -127,7 +129,7 @@ def overall_images_per_s(summary: dict[str, Any], phase: str) -> float | None:
     return images / seconds if seconds > 0 and images > 0 else None
 
 
-def _phase_delta(pa: dict[str, Any], pb: dict[str, Any]) -> PhaseDelta:
+def _phase_delta(pa: PhaseRow, pb: PhaseRow) -> PhaseDelta:
     a_ips, b_ips = _num(pa.get("images_per_s")), _num(pb.get("images_per_s"))
     a_dw, b_dw = _num(pa.get("data_wait_frac")), _num(pb.get("data_wait_frac"))
     return PhaseDelta(
@@ -139,7 +141,7 @@ def _phase_delta(pa: dict[str, Any], pb: dict[str, Any]) -> PhaseDelta:
     )
 
 
-def _ledger(summary: dict[str, Any]) -> dict[str, float | None]:
+def _ledger(summary: Summary) -> dict[str, float | None]:
     memory = summary.get("memory") or {}
     items: dict[str, float | None] = {
         str(row.get("item")): _num(row.get("bytes")) for row in memory.get("ledger") or []
@@ -149,17 +151,17 @@ def _ledger(summary: dict[str, Any]) -> dict[str, float | None]:
     return items
 
 
-def _memory_deltas(a: dict[str, Any], b: dict[str, Any]) -> list[LedgerDelta]:
+def _memory_deltas(a: Summary, b: Summary) -> list[LedgerDelta]:
     la, lb = _ledger(a), _ledger(b)
     order = list(la) + [k for k in lb if k not in la]
     return [LedgerDelta(k, la.get(k), lb.get(k)) for k in order]
 
 
-def _finding_ids(summary: dict[str, Any]) -> list[str]:
+def _finding_ids(summary: Summary) -> list[str]:
     return [str(f.get("id")) for f in summary.get("findings") or []]
 
 
-def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
+def compare_summaries(a: Summary, b: Summary) -> Comparison:
     """Compare run ``b`` against run ``a`` (both ``summary.json`` dicts).
 
     Args:
@@ -199,18 +201,18 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
     )
 
 
-def _steady_rate(p: dict[str, Any]) -> float | None:
-    cap = p.get("capacity") or {}
-    return _num(cap.get("now_images_per_s"))
+def _steady_rate(p: PhaseRow) -> float | None:
+    cap = p.get("capacity")
+    return None if cap is None else _num(cap.get("now_images_per_s"))
 
 
-def predicted_gain(pa: dict[str, Any], pb: dict[str, Any]) -> PredictedGain | None:
+def predicted_gain(pa: PhaseRow, pb: PhaseRow) -> PredictedGain | None:
     """What ``a`` predicted for the loader change ``b`` made (workers, persistent_workers).
 
     Worker counts compare steady-state rates (the model's prediction is about them); keeping
     workers alive compares whole phases (the start-up is what it saves).
     """
-    la, lb = pa.get("loader") or {}, pb.get("loader") or {}
+    la, lb = pa.get("loader"), pb.get("loader")
     if not la or not lb:
         return None
     epoch, phase = int(pa["epoch"]), str(pa["phase"])

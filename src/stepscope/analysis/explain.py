@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
+from stepscope.analysis.contracts_summary import EpochRow, MemorySection, PhaseAgg, Summary
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fmt import (
     fmt_bytes,
@@ -24,7 +25,6 @@ from stepscope.analysis.fmt import (
 from stepscope.analysis.keras_loader import stages_answer
 from stepscope.analysis.vocab import KERAS, framework_of, vocab
 
-Summary = dict[str, Any]
 COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
 COLD_MIN_BYTES = 16_000_000
 CHECKPOINT_BUSY_S = 0.5
@@ -70,7 +70,7 @@ def _cause_words(s: Summary, cause: str) -> str:
     return _CAUSE_WORDS.get(cause, cause)
 
 
-def _split_words(agg: dict[str, Any]) -> str:
+def _split_words(agg: PhaseAgg) -> str:
     return (f"A step took {_ms_of(agg['step_ms_per_step'])}: {_ms_of(agg['data_wait_ms_per_step'])} "
             f"waiting for data, {_ms_of(agg['transfer_ms_per_step'])} copying to the device, "
             f"{_ms_of(agg['compute_ms_per_step'])} computing and {_ms_of(agg['other_ms_per_step'])} "
@@ -85,8 +85,8 @@ def headline(s: Summary) -> tuple[str, str] | None:
     v = agg["verdict"]
     if v == "input-bound":
         text = f"{kind} was input-bound: {fmt_pct(agg['data_wait_frac'])} of every step waited for data"
-        if agg.get("input_cause"):
-            words = _cause_words(s, agg["input_cause"])
+        if cause := agg.get("input_cause"):
+            words = _cause_words(s, cause)
             text += "; " + words.replace("{prep}", _preparing_words(s, agg["phase"]))
             if agg.get("input_evidence"):
                 text += " (" + "; ".join(agg["input_evidence"]) + ")"
@@ -124,9 +124,11 @@ def _system_only(s: Summary) -> str:
 def train_vs_val(s: Summary) -> tuple[str, str] | None:
     bp = s.get("by_phase") or {}
     tr, va = bp.get("train"), bp.get("val")
-    if not tr or not va or not tr.get("images_per_s") or not va.get("images_per_s"):
+    tr_ips = tr["images_per_s"] if tr else None
+    va_ips = va["images_per_s"] if va else None
+    if not tr or not va or not tr_ips or not va_ips:
         return None
-    ratio = va["images_per_s"] / tr["images_per_s"]
+    ratio = va_ips / tr_ips
     faster = ratio >= 1.0
     text = (f"Validation ran at {fmt_img_s(va['images_per_s'])} against {fmt_img_s(tr['images_per_s'])} in "
             f"training ({fmt_ratio(ratio if faster else 1 / ratio)} {'faster' if faster else 'slower'}). "
@@ -156,11 +158,13 @@ def train_vs_val(s: Summary) -> tuple[str, str] | None:
     return "Why validation differs from training", text
 
 
-def _less(a: dict[str, Any], b: dict[str, Any], key: str) -> bool:
-    return a.get(key) is not None and b.get(key) is not None and a[key] < b[key]
+def _less(a: PhaseAgg, b: PhaseAgg,
+          key: Literal["data_wait_ms_per_image", "compute_ms_per_image"]) -> bool:
+    x, y = a[key], b[key]
+    return x is not None and y is not None and x < y
 
 
-def epoch_was_cold(s: Summary, epoch: dict[str, Any]) -> bool:
+def epoch_was_cold(s: Summary, epoch: EpochRow) -> bool:
     """Did this epoch read the dataset from disk (a cold page cache)?
 
     Residency at the epoch's start decides when measured; else physical reads against the
@@ -178,7 +182,7 @@ def epoch_was_cold(s: Summary, epoch: dict[str, Any]) -> bool:
     return bool(disk >= max(COLD_MIN_BYTES, COLD_READ_FRAC * (epoch.get("rchar_bytes") or 0)))
 
 
-def _epoch_disk_line(e: dict[str, Any], resid: float | None) -> str:
+def _epoch_disk_line(e: EpochRow, resid: float | None) -> str:
     line = (f"epoch {e['epoch']} read {fmt_bytes(e['disk_read_bytes'])} from disk and "
             f"{fmt_bytes(e['rchar_bytes'])} in all")
     if resid is not None:
@@ -199,7 +203,7 @@ def cold_vs_warm(s: Summary) -> tuple[str, str] | None:
     text = line[:1].upper() + line[1:]
     if ds_bytes:
         text += f"; the dataset is {fmt_bytes(ds_bytes)}, so physical reads were " \
-                f"{fmt_pct(first['disk_read_bytes'] / ds_bytes)} of it"
+                f"{fmt_pct((first['disk_read_bytes'] or 0) / ds_bytes)} of it"
     text += "."
     if not epoch_was_cold(s, first):
         text += claim(s, "page_cache_served", " The files were already in the kernel's page "
@@ -208,7 +212,8 @@ def cold_vs_warm(s: Summary) -> tuple[str, str] | None:
     later = epochs[1:]
     if later:
         text += " Later: " + "; ".join(_epoch_disk_line(e, starts.get(e["epoch"])) for e in later) + "."
-        warm = all(e["disk_read_bytes"] <= 0.1 * max(1, e["rchar_bytes"] or 0) for e in later)
+        warm = all((e["disk_read_bytes"] or 0) <= 0.1 * max(1, e["rchar_bytes"] or 0)
+                   for e in later)
         if warm:
             text += (" The program read every file again each epoch, but the kernel's page cache "
                      "served them from memory, so the disk had nothing to do.")
@@ -223,10 +228,11 @@ def cold_vs_warm(s: Summary) -> tuple[str, str] | None:
 def _phase_read_rates(s: Summary, epoch: int) -> str:
     ph = {p["phase"]: p for p in s.get("phases") or [] if p["epoch"] == epoch}
     tr, va = ph.get("train"), ph.get("val")
-    if not tr or not va or not tr.get("disk_read_rate_bytes_per_s") or \
-            not va.get("disk_read_rate_bytes_per_s"):
+    if not tr or not va:
         return ""
     va_rate, tr_rate = va["disk_read_rate_bytes_per_s"], tr["disk_read_rate_bytes_per_s"]
+    if not va_rate or not tr_rate:
+        return ""
     text = (f"In epoch {epoch} validation read from disk at {fmt_bytes(va_rate)}/s against "
             f"{fmt_bytes(tr_rate)}/s in training: its files were new to the cache too")
     if va_rate > tr_rate and holds(s, "augmented"):
@@ -283,7 +289,7 @@ def gpu_pattern(s: Summary) -> tuple[str, str] | None:
     return "What the GPU utilisation means", text + "."
 
 
-def _ledger_words(mem: dict[str, Any]) -> str:
+def _ledger_words(mem: MemorySection) -> str:
     items = ", ".join(f"{i['item']} {fmt_bytes(i['bytes'])}" for i in mem.get("ledger") or [])
     text = items or "no items measured"
     if mem.get("unattributed_bytes") is not None:
@@ -331,7 +337,8 @@ def ram_inference(s: Summary) -> tuple[str, str] | None:
     first, later = epochs[0], epochs[-1]
     if not holds(s, "dataset_files") or not epoch_was_cold(s, first):
         return None  # nothing came from disk in epoch 1: the run does not show the transition
-    if not later.get("rchar_bytes") or later["disk_read_bytes"] > 0.1 * later["rchar_bytes"]:
+    later_rchar, later_disk = later["rchar_bytes"], later["disk_read_bytes"] or 0
+    if not later_rchar or later_disk > 0.1 * later_rchar:
         return None
     resid = [p.get("dataset_resident_frac_start") for p in s.get("phases") or []
              if p["epoch"] == later["epoch"]]
@@ -341,8 +348,8 @@ def ram_inference(s: Summary) -> tuple[str, str] | None:
             f"{fmt_bytes(first['rchar_bytes'])}) but only {fmt_bytes(later['disk_read_bytes'])} "
             "came from disk")
     text += f"; the dataset was {fmt_pct(r)} resident in the OS page cache" if r is not None else ""
-    rereads = (first.get("rchar_bytes") or 0) > 0 and \
-        later["rchar_bytes"] >= 0.5 * first["rchar_bytes"]
+    first_rchar = first["rchar_bytes"] or 0
+    rereads = first_rchar > 0 and later_rchar >= 0.5 * first_rchar
     redecodes = claim(s, "decoded_train", " and re-decodes")
     text += (". A program that kept the images would not read the files again: the kernel keeps "
              f"the files, and every epoch the program re-reads{redecodes} them (the CPU cost "

@@ -15,6 +15,7 @@ from typing import Any
 
 from stepscope import policy
 from stepscope.analysis.contracts import Finding, Severity, by_severity, make_finding
+from stepscope.analysis.contracts_summary import MemorySection, ModelFacts, PhaseAgg, Summary
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fixes import capacity_fix
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
@@ -50,7 +51,7 @@ def _gain_words(gain: float) -> str:
     return "over 10× faster" if gain > 10 else f"~{fmt_ratio(gain)} faster"
 
 
-def _split_line(agg: dict[str, Any]) -> str:
+def _split_line(agg: PhaseAgg) -> str:
     return (f"a step took {fmt_ms(_s(agg['step_ms_per_step']))}: "
             f"{fmt_ms(_s(agg['data_wait_ms_per_step']))} waiting for data, "
             f"{fmt_ms(_s(agg['transfer_ms_per_step']))} copying, "
@@ -62,7 +63,7 @@ def _s(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
-def _input_fix(agg: dict[str, Any], cores: float | None,
+def _input_fix(agg: PhaseAgg, cores: float | None,
                summary: Mapping[str, Any]) -> tuple[str, str]:
     """(fix, short change label) for the input cause, in the run's framework; figures and
     stages only as measured."""
@@ -106,7 +107,7 @@ def _input_fix(agg: dict[str, Any], cores: float | None,
             "cheaper per-item work")
 
 
-def input_finding(agg: dict[str, Any], cores: float | None,
+def input_finding(agg: PhaseAgg, cores: float | None,
                   summary: Mapping[str, Any] | None = None) -> Finding | None:
     """The data-wait finding for an aggregated phase kind (train or val); ``summary`` holds the
     measurements the fix's claims rest on (analysis/evidence.py)."""
@@ -143,14 +144,14 @@ def input_finding(agg: dict[str, Any], cores: float | None,
                     MEASURE_TUNE)
 
 
-def other_bound_finding(agg: dict[str, Any], model: dict[str, Any] | None = None,
-                        summary: dict[str, Any] | None = None) -> Finding | None:
+def other_bound_finding(agg: PhaseAgg, model: ModelFacts | None = None,
+                        summary: Summary | None = None) -> Finding | None:
     """Transfer-, overhead- and compute-bound verdicts for an aggregated phase kind."""
     v = agg.get("verdict")
     words = vocab(framework_of(summary or {}))
     kind = "training" if agg["phase"] == "train" else "validation"
     if v == "transfer-bound":
-        x = agg["transfer_frac"]
+        x = agg["transfer_frac"] or 0.0  # a verdict implies steady steps, so the split is set
         return _finding(f"transfer_bound_{agg['phase']}", "high",
                         f"{kind.capitalize()} is transfer-bound: {fmt_pct(x)} of every step copies "
                         "input to the device", [_split_line(agg)],
@@ -158,7 +159,7 @@ def other_bound_finding(agg: dict[str, Any], model: dict[str, Any] | None = None
                         f"up to {fmt_ratio(speedup_without(x))} faster if the copy overlaps compute",
                         MEASURE_COMPARE)
     if v == "overhead-bound":
-        o = agg["other_frac"]
+        o = agg["other_frac"] or 0.0
         spe = keras_steps_per_execution(agg, summary or {})
         return _finding(f"overhead_bound_{agg['phase']}", "medium",
                         f"{kind.capitalize()} is overhead-bound: {fmt_pct(o)} of every step is "
@@ -171,7 +172,7 @@ def other_bound_finding(agg: dict[str, Any], model: dict[str, Any] | None = None
         return _finding("compute_bound_train", "info",
                         f"Training is compute-bound: {fmt_pct(agg['compute_frac'])} of every step "
                         "is the model's own work", [_split_line(agg)],
-                        *_compute_fix(model or {}, summary), MEASURE_COMPARE)
+                        *_compute_fix(model, summary), MEASURE_COMPARE)
     return None
 
 
@@ -181,7 +182,7 @@ SPE_RESIDUAL_FRAC = 0.05
 SPE_MAX = 64
 
 
-def keras_steps_per_execution(agg: dict[str, Any], summary: Mapping[str, Any]
+def keras_steps_per_execution(agg: PhaseAgg, summary: Mapping[str, Any]
                               ) -> tuple[str, str, str] | None:
     """(fix, expected gain, evidence) for ``steps_per_execution`` on a Keras training phase whose
     measured batch-callback time (``other_frac``, claim ``keras_callback_overhead``) is material;
@@ -189,7 +190,7 @@ def keras_steps_per_execution(agg: dict[str, Any], summary: Mapping[str, Any]
     if agg.get("phase") != "train" or framework_of(summary) != KERAS \
             or not holds(summary, "keras_callback_overhead"):
         return None
-    o = float(agg["other_frac"])
+    o = agg["other_frac"] or 0.0
     n = max(2, min(SPE_MAX, math.ceil(o / (SPE_RESIDUAL_FRAC * max(1.0 - o, 0.01)))))
     gain = 1.0 / ((1.0 - o) + o / n)
     fix = (f"model.compile(..., steps_per_execution={n}) runs {n} batches per call, so the "
@@ -201,7 +202,7 @@ def keras_steps_per_execution(agg: dict[str, Any], summary: Mapping[str, Any]
     return fix, f"{_gain_words(gain)} (callbacks then run once per {n} batches)", evidence
 
 
-def keras_callback_finding(agg: dict[str, Any], summary: dict[str, Any]) -> Finding | None:
+def keras_callback_finding(agg: PhaseAgg, summary: Summary) -> Finding | None:
     """Material callback overhead on a Keras run that is bound by something else."""
     spe = keras_steps_per_execution(agg, summary)
     if spe is None or agg.get("verdict") == "overhead-bound":
@@ -212,9 +213,11 @@ def keras_callback_finding(agg: dict[str, Any], summary: dict[str, Any]) -> Find
                     MEASURE_COMPARE)
 
 
-def _compute_fix(model: dict[str, Any], summary: dict[str, Any] | None = None
+def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
                  ) -> tuple[str, str | None]:
     """What is left to try on a compute-bound run, leaving out what it already used."""
+    model = model or {"name": None, "params": None, "trainable_params": None, "file_bytes": None,
+                      "framework": None, "precision": None, "channels_last": None}
     if summary is not None and framework_of(summary) == KERAS:
         loader = summary.get("loader") or {}
         params, trainable = model.get("params"), model.get("trainable_params")
@@ -236,16 +239,16 @@ def _compute_fix(model: dict[str, Any], summary: dict[str, Any] | None = None
             None)
 
 
-def gpu_util_findings(by_phase: dict[str, Any]) -> list[Finding]:
+def gpu_util_findings(by_phase: dict[str, PhaseAgg]) -> list[Finding]:
     """What NVML's utilization means for this run (a kernel was running, not 'busy')."""
     out: list[Finding] = []
     train, val = by_phase.get("train"), by_phase.get("val")
-    if not train or train.get("gpu_util_pct") is None:
+    g = None if not train else train.get("gpu_util_pct")
+    if not train or g is None:
         return out
-    g = train["gpu_util_pct"]
     evidence = [f"NVML utilization {g:.0f} % in training"]
-    if val and val.get("gpu_util_pct") is not None:
-        evidence.append(f"{val['gpu_util_pct']:.0f} % in validation")
+    if val and (vg := val.get("gpu_util_pct")) is not None:
+        evidence.append(f"{vg:.0f} % in validation")
     d = train.get("data_wait_frac")
     if d is not None:
         evidence.append(f"data wait {fmt_pct(d)} of each training step")
@@ -267,7 +270,7 @@ def gpu_util_findings(by_phase: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def memory_findings(summary: dict[str, Any]) -> list[Finding]:
+def memory_findings(summary: Summary) -> list[Finding]:
     out: list[Finding] = []
     mem = summary.get("memory") or {}
     pool = mem.get("preallocated_pool")
@@ -297,7 +300,7 @@ _LEDGER_ITEMS = ("weights", "gradients", "optimizer state", "saved for backward"
                  "forward transient peak")
 
 
-def _unattributed_fix(mem: dict[str, Any]) -> str:
+def _unattributed_fix(mem: MemorySection) -> str:
     have = {i["item"] for i in mem.get("ledger") or []}
     wanted = [*_LEDGER_ITEMS, *(("CUDA context",) if str(mem.get("device", "")).startswith("cuda")
                                 else ())]
@@ -309,7 +312,7 @@ def _unattributed_fix(mem: dict[str, Any]) -> str:
             "library buffers")
 
 
-def dataset_findings(summary: dict[str, Any]) -> list[Finding]:
+def dataset_findings(summary: Summary) -> list[Finding]:
     """Page cache: a dataset larger than free RAM keeps the disk busy every epoch."""
     ds, host = summary.get("dataset") or {}, summary.get("host") or {}
     size, avail = ds.get("bytes"), host.get("mem_available_min_bytes")
@@ -322,7 +325,7 @@ def dataset_findings(summary: dict[str, Any]) -> list[Finding]:
                      "(pre-resized), or more RAM", None, MEASURE_COMPARE)]
 
 
-def checkpoint_findings(summary: dict[str, Any]) -> list[Finding]:
+def checkpoint_findings(summary: Summary) -> list[Finding]:
     ck = summary.get("checkpoints") or {}
     run_s = (summary.get("run") or {}).get("seconds")
     if not ck.get("writes") or not run_s:
@@ -339,7 +342,7 @@ def checkpoint_findings(summary: dict[str, Any]) -> list[Finding]:
                      MEASURE_COMPARE)]
 
 
-def note_findings(summary: dict[str, Any]) -> list[Finding]:
+def note_findings(summary: Summary) -> list[Finding]:
     out: list[Finding] = []
     phases = summary.get("phases") or []
     if not any(p.get("steps") for p in phases):
@@ -356,7 +359,7 @@ def note_findings(summary: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def build_findings(summary: dict[str, Any]) -> list[Finding]:
+def build_findings(summary: Summary) -> list[Finding]:
     """All findings for a summary, most severe first."""
     by_phase = summary.get("by_phase") or {}
     cores = (summary.get("host") or {}).get("cores")

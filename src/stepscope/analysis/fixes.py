@@ -8,8 +8,7 @@ model's prediction with the figures it rests on, never a fixed rule. Without sta
 
 from __future__ import annotations
 
-from typing import Any
-
+from stepscope.analysis.contracts_summary import LoaderRow, PhaseAgg, PredictionRow
 from stepscope.analysis.fmt import fmt_ratio
 
 STAGE_WORDS = {"read": "reading the file", "decode": "decoding",
@@ -17,28 +16,28 @@ STAGE_WORDS = {"read": "reading the file", "decode": "decoding",
                "item": "the dataset's own per-item code (outside read, decode and transforms)"}
 
 
-def _pred(agg: dict[str, Any], prefix: str) -> dict[str, Any] | None:
+def _pred(agg: PhaseAgg, prefix: str) -> PredictionRow | None:
     return next((p for p in agg.get("predictions") or [] if p["change"].startswith(prefix)), None)
 
 
-def _gain(p: dict[str, Any], sure: str) -> str:
+def _gain(p: PredictionRow, sure: str) -> str:
     return (f"{p['change']}: predicted ~{fmt_ratio(p['speedup'])} faster "
             f"({p['images_per_s']:.0f} img/s; {p['basis']}); {sure}")
 
 
-def _sureness(agg: dict[str, Any]) -> str:
+def _sureness(agg: PhaseAgg) -> str:
     if agg.get("verdict_weak"):
         return "tentative (few steps or near a threshold)"
     return "a model from this run's stage timing: measure it with `stepscope compare`"
 
 
-def _workers_words(agg: dict[str, Any], n: int) -> str:
+def _workers_words(agg: PhaseAgg, n: int) -> str:
     if agg.get("run_kind") == "train":
         return f"rerun `stepscope train` with --workers {n}"
     return f"DataLoader(..., num_workers={n})"
 
 
-def capacity_fix(agg: dict[str, Any]) -> tuple[str, str] | None:
+def capacity_fix(agg: PhaseAgg) -> tuple[str, str] | None:
     """(fix, expected gain) from the capacities, or None when the run has no stage timing."""
     cap, loader = agg.get("capacity"), agg.get("loader")
     cause = agg.get("input_cause")
@@ -79,13 +78,13 @@ def capacity_fix(agg: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _costliest_stage(loader: dict[str, Any]) -> str | None:
+def _costliest_stage(loader: LoaderRow) -> str | None:
     ms = {k: v for k, v in (loader.get("stage_ms_per_image") or {}).items()
           if k in ("read", "decode", "transform", "item") and v}
     return max(ms, key=ms.__getitem__) if ms else None
 
 
-def _cheapest(agg: dict[str, Any], stage: str, sure: str) -> str:
+def _cheapest(agg: PhaseAgg, stage: str, sure: str) -> str:
     p = _pred(agg, f"{stage} stage free")
     if p is None:
         return f"no prediction: the {stage} stage was not timed; {sure}"

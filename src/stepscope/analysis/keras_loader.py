@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from stepscope.analysis.contracts_summary import LoaderStages
 from stepscope.analysis.fmt import fmt_ms, fmt_pct
 
 STAGE_WORDS = (("load", "loading (read, decode, resize)"),
@@ -19,7 +20,7 @@ STAGE_WORDS = (("load", "loading (read, decode, resize)"),
                ("preprocess", "preprocessing_function/standardize"))
 
 
-def stage_fields(raw: Mapping[str, Any] | None, seconds: float | None) -> dict[str, Any] | None:
+def stage_fields(raw: Mapping[str, Any] | None, seconds: float | None) -> LoaderStages | None:
     """Per-image milliseconds per stage and each loading thread's busy share of the phase."""
     if not raw or not raw.get("images"):
         return None

@@ -19,9 +19,8 @@ process holds nearly the whole card), the ledger names the preallocated pool and
 
 from __future__ import annotations
 
-from typing import Any
-
 from stepscope.analysis.contracts import LedgerItem, ledger_item
+from stepscope.analysis.contracts_summary import MemorySection, PoolInfo
 from stepscope.analysis.fmt import fmt_bytes
 from stepscope.analysis.samples import SampleCache, Series
 from stepscope.analysis.vocab import vocab
@@ -88,7 +87,7 @@ def _named_items(facts: dict[str, Fact], *, host_of_gpu_run: bool = False
 
 
 def _close(total: int | None, items: list[LedgerItem], device: str,
-           notes: list[str], target: float) -> dict[str, Any]:
+           notes: list[str], target: float) -> MemorySection:
     """Close the ledger: unattributed = total − items, so the items + rest equal the total."""
     unattributed = None if total is None else total - sum(i["bytes"] for i in items)
     frac = unattributed / total if unattributed is not None and total else None
@@ -132,7 +131,7 @@ def _host_peak(cache: SampleCache, main_pid: int | None, workers: list[ProcessIn
 
 
 def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[ProcessInfo],
-                facts: dict[str, Fact], *, gpu_run: bool = False) -> dict[str, Any]:
+                facts: dict[str, Fact], *, gpu_run: bool = False) -> MemorySection:
     """The CPU-side ledger (see module doc); on a GPU run the device-resident tensors (weights,
     gradients, optimizer state, activations) are left to the GPU ledger."""
     workers = [p for p in processes if p.role == "worker"]
@@ -196,7 +195,7 @@ def _gpu_used_peak(cache: SampleCache, gpu: int, pids: set[int]) -> tuple[float,
     return best
 
 
-def detect_pool(framework: str | None, used: float, card_total: float | None) -> dict[str, Any] | None:
+def detect_pool(framework: str | None, used: float, card_total: float | None) -> PoolInfo | None:
     """A preallocated pool: TF/JAX on a GPU, or one process holding nearly the whole card."""
     fw = (framework or "").lower()
     near_card = card_total is not None and card_total > 0 and used >= POOL_FRAC_OF_CARD * card_total
@@ -209,7 +208,7 @@ def detect_pool(framework: str | None, used: float, card_total: float | None) ->
             "why": why, "fix": f"{fix}; {POOL_FIX_WATCH}"}
 
 
-def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fact]) -> dict[str, Any]:
+def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fact]) -> MemorySection:
     """The GPU-side ledger (see module doc)."""
     device = f"cuda:{gpu}"
     notes: list[str] = []

@@ -21,6 +21,11 @@ from stepscope.analysis.capacity import (
     workers_curve,
 )
 from stepscope.analysis.causes import decide_cause_from_stages, is_cold
+from stepscope.analysis.contracts_summary import (
+    LoaderRow,
+    PhaseRow,
+    StepSplitFields,
+)
 from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import (
     MIN_STEADY_STEPS,
@@ -168,27 +173,34 @@ def totals_by_phase(totals: Iterable[StepTotals],
     return out
 
 
-def split_fields(split: StepSplit) -> dict[str, Any]:
+def split_fields(split: StepSplit) -> StepSplitFields:
     """The step split as summary keys: fractions, ms per step and ms per image."""
     compute_s = split.compute_s + split.comm_s
-    out: dict[str, Any] = {
+
+    def ms_step(sec: float) -> float | None:
+        v = split.per_step(sec)
+        return None if v is None else v * 1000.0
+
+    def ms_image(sec: float) -> float | None:
+        v = split.per_image(sec)
+        return None if v is None else v * 1000.0
+
+    return {
         "data_wait_frac": split.frac(split.data_wait_s),
         "transfer_frac": split.frac(split.transfer_s),
         "compute_frac": split.frac(compute_s),
         "comm_frac": split.frac(split.comm_s),
         "other_frac": split.frac(split.other_s),
         "outlier_steps": split.outlier_steps, "outlier_s": split.outlier_s,
+        "step_ms_per_step": ms_step(split.wall_s),
+        "data_wait_ms_per_step": ms_step(split.data_wait_s),
+        "transfer_ms_per_step": ms_step(split.transfer_s),
+        "compute_ms_per_step": ms_step(compute_s),
+        "other_ms_per_step": ms_step(split.other_s),
+        "data_wait_ms_per_image": ms_image(split.data_wait_s),
+        "compute_ms_per_image": ms_image(compute_s),
+        "step_ms_per_image": ms_image(split.wall_s),
     }
-    for name, sec in (("step", split.wall_s), ("data_wait", split.data_wait_s),
-                      ("transfer", split.transfer_s), ("compute", compute_s),
-                      ("other", split.other_s)):
-        v = split.per_step(sec)
-        out[f"{name}_ms_per_step"] = None if v is None else v * 1000.0
-    for name, sec in (("data_wait", split.data_wait_s), ("compute", compute_s),
-                      ("step", split.wall_s)):
-        v = split.per_image(sec)
-        out[f"{name}_ms_per_image"] = None if v is None else v * 1000.0
-    return out
 
 
 def _delta(a: int | None, b: int | None) -> int | None:
@@ -309,7 +321,7 @@ def _median_step_verdict(steps: list[StepRecord]) -> tuple[str | None, float]:
     return v.verdict, m.wall_s
 
 
-def _phase_verdict(split: StepSplit, steady: bool, fields: dict[str, Any],
+def _phase_verdict(split: StepSplit, steady: bool, fields: StepSplitFields,
                    steps: list[StepRecord] | None = None) -> Verdict:
     verdict = decide_verdict(fields["data_wait_frac"], fields["transfer_frac"],
                              fields["other_frac"], split.steps)
@@ -332,17 +344,7 @@ def _phase_verdict(split: StepSplit, steady: bool, fields: dict[str, Any],
     return verdict
 
 
-def _io_fields(ev: InputEvidence, seconds: float) -> dict[str, Any]:
-    disk, rchar = ev.disk_read_bytes, ev.rchar_bytes
-    return {
-        "disk_read_bytes": disk,
-        "cache_read_bytes": None if disk is None or rchar is None else max(0, rchar - disk),
-        "rchar_bytes": rchar,
-        "disk_read_rate_bytes_per_s": disk / seconds if disk is not None and seconds else None,
-    }
-
-
-def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> dict[str, Any]:
+def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> PhaseRow:
     """One entry of ``summary["phases"]`` (DESIGN.md keys plus the evidence behind them)."""
     t0, t1 = phase_window(ph, totals)
     seconds = max(0.0, t1 - t0)
@@ -369,6 +371,7 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
             cause = decide_cause_from_stages(ev, lf, cap, {"seconds": seconds, "images": images,
                                                            "repeat": repeat})
         cause = cause or decide_input_cause(ev)
+    disk, rchar = ev.disk_read_bytes, ev.rchar_bytes
     return {
         "phase_id": ph.phase_id, "epoch": ph.epoch, "phase": ph.phase, "rank": ph.rank,
         "started": t0, "ended": t1,
@@ -380,7 +383,10 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
         "verdict": verdict.verdict, "verdict_weak": verdict.weak, "verdict_note": verdict.note,
         "input_cause": cause.cause if cause else None,
         "input_evidence": cause.evidence if cause else [],
-        **_io_fields(ev, seconds),
+        "disk_read_bytes": disk,
+        "cache_read_bytes": None if disk is None or rchar is None else max(0, rchar - disk),
+        "rchar_bytes": rchar,
+        "disk_read_rate_bytes_per_s": disk / seconds if disk is not None and seconds else None,
         "dataset_resident_frac_start": ph.resident_frac_start,
         "dataset_resident_frac_end": ph.resident_frac_end,
         "cpu_util_pct": ev.host_cpu_pct,
@@ -390,7 +396,8 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
         "psi_io_some_pct": ev.psi_io_some_pct, "disk_wait_frac": ev.disk_wait_frac,
         "disk_busy_pct": ev.disk_busy_pct,
         "gpu_util_pct": gpu_util,
-        **_loader_fields(lf, cap, seconds),
+        "loader": _loader_row(lf, cap, seconds),
+        "capacity": None if cap is None else cap.to_dict(),
         "predictions": [] if lf is None or cap is None else predictions(
             lf, cap, {"seconds": seconds, "images": images, "repeat": repeat}),
         "workers_curve": {} if lf is None or cap is None else workers_curve(cap, lf),
@@ -421,25 +428,22 @@ def _startup_s(waits: list[float], workers: Any) -> float | None:
     return sum(max(0.0, w - typical) for w in waits[:k])
 
 
-def _loader_fields(lf: LoaderFigures | None, cap: Capacity | None, seconds: float
-                   ) -> dict[str, Any]:
+def _loader_row(lf: LoaderFigures | None, cap: Capacity | None, seconds: float
+                ) -> LoaderRow | None:
     """The loader's own figures: stage ms per image, worker busy share, batches not ready."""
     if lf is None:
-        return {"loader": None, "capacity": None}
+        return None
     alive = seconds * len(lf.worker_busy_s)
     return {
-        "loader": {
-            "workers": lf.workers, "persistent_workers": lf.persistent, "items": lf.items,
-            "stage_ms_per_image": cap.stage_ms_per_image if cap else None,
-            "read_bytes_per_image": lf.read_bytes / lf.items if lf.items else None,
-            "worker_busy_s": lf.worker_busy_s,
-            "worker_busy_frac": sum(lf.worker_busy_s) / alive if alive > 0 else None,
-            "not_ready_frac": lf.not_ready / lf.waits if lf.waits else None,
-            "first_wait_s": lf.first_wait_s, "startup_s": lf.startup_s,
-            "wait_cpu_frac": lf.wait_cpu_s / lf.wait_s if lf.wait_s > 0 else None,
-            "fetch_on_cpu_frac": lf.fetch_cpu_s / lf.fetch_s if lf.fetch_s > 0 else None,
-            "fetch_runq_frac": lf.fetch_runq_s / lf.fetch_s if lf.fetch_s > 0 else None,
-            "fetch_blocked_frac": lf.blocked_s / lf.fetch_s if lf.fetch_s > 0 else None,
-        },
-        "capacity": None if cap is None else cap.to_dict(),
+        "workers": lf.workers, "persistent_workers": lf.persistent, "items": lf.items,
+        "stage_ms_per_image": cap.stage_ms_per_image if cap else None,
+        "read_bytes_per_image": lf.read_bytes / lf.items if lf.items else None,
+        "worker_busy_s": lf.worker_busy_s,
+        "worker_busy_frac": sum(lf.worker_busy_s) / alive if alive > 0 else None,
+        "not_ready_frac": lf.not_ready / lf.waits if lf.waits else None,
+        "first_wait_s": lf.first_wait_s, "startup_s": lf.startup_s,
+        "wait_cpu_frac": lf.wait_cpu_s / lf.wait_s if lf.wait_s > 0 else None,
+        "fetch_on_cpu_frac": lf.fetch_cpu_s / lf.fetch_s if lf.fetch_s > 0 else None,
+        "fetch_runq_frac": lf.fetch_runq_s / lf.fetch_s if lf.fetch_s > 0 else None,
+        "fetch_blocked_frac": lf.blocked_s / lf.fetch_s if lf.fetch_s > 0 else None,
     }

@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from stepscope.analysis.arrivals import (
     RankArrivals,
@@ -33,6 +33,15 @@ from stepscope.analysis.arrivals import (
     arrival_evidence,
     median_without,
     nodes,
+)
+from stepscope.analysis.contracts import Finding
+from stepscope.analysis.contracts_summary import (
+    Distributed,
+    MergedRanks,
+    PhaseRow,
+    RankRow,
+    StepSplitFields,
+    Summary,
 )
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio
 from stepscope.analysis.phases import (
@@ -47,7 +56,7 @@ from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import BOUND_FRAC, decide_verdict
 from stepscope.policy import weighted_mean
 from stepscope.store.db import RunReader
-from stepscope.store.records import ArrivalRecord, ProcessInfo, StepRecord
+from stepscope.store.records import ArrivalRecord, Fact, ProcessInfo, StepRecord
 from stepscope.store.rundir import RunDir
 
 STRAGGLER_EXCESS_FRAC = 0.15
@@ -62,6 +71,7 @@ COMM_S_INCLUDES = (
 )
 
 StepKey = tuple[int, int]  # (epoch, step) of a training step
+_OthersKey = Literal["comm_ms_per_step", "comm_frac", "disk_read_bytes", "main_cpu_pct"]
 
 
 @dataclass
@@ -73,7 +83,7 @@ class RankData:
     host: str | None
     local_rank: int | None
     train_steps: dict[StepKey, StepRecord] = field(default_factory=dict)
-    phases: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[PhaseRow] = field(default_factory=list)
     arrivals: list[ArrivalRecord] = field(default_factory=list)
     node_rank: int | None = None
     status: str | None = None
@@ -143,7 +153,7 @@ def load_rank(reader: RunReader) -> RankData:
     return data
 
 
-def _fact_value(facts: dict[str, Any], key: str) -> Any:
+def _fact_value(facts: dict[str, Fact], key: str) -> Any:
     f = facts.get(key)
     return None if f is None else f.value
 
@@ -234,20 +244,20 @@ def straggler_cause(ex: Excess) -> str | None:
     return PARTS[part] if excess >= MIN_EXCESS_S else None
 
 
-def _train_phases(data: RankData) -> list[dict[str, Any]]:
+def _train_phases(data: RankData) -> list[PhaseRow]:
     return [p for p in data.phases if p["phase"] == "train"]
 
 
-def _sum_of(rows: list[dict[str, Any]], key: str) -> float | None:
-    vals = [r[key] for r in rows if r.get(key) is not None]
+def _sum_of(rows: list[PhaseRow], key: Literal["disk_read_bytes"]) -> float | None:
+    vals = [v for r in rows if (v := r.get(key)) is not None]
     return sum(vals) if vals else None
 
 
-def _dominant_input_cause(rows: list[dict[str, Any]]) -> tuple[str | None, list[str]]:
+def _dominant_input_cause(rows: list[PhaseRow]) -> tuple[str | None, list[str]]:
     by_cause: dict[str, float] = {}
     for p in rows:
-        if p.get("input_cause"):
-            by_cause[p["input_cause"]] = by_cause.get(p["input_cause"], 0.0) + p["seconds"]
+        if c := p.get("input_cause"):
+            by_cause[c] = by_cause.get(c, 0.0) + p["seconds"]
     if not by_cause:
         return None, []
     cause = max(by_cause, key=by_cause.__getitem__)
@@ -255,8 +265,8 @@ def _dominant_input_cause(rows: list[dict[str, Any]]) -> tuple[str | None, list[
     return cause, list(best.get("input_evidence") or [])
 
 
-def rank_row(data: RankData, keys: Sequence[StepKey]) -> dict[str, Any]:
-    """One entry of ``summary["ranks"]`` before the straggler fields are added."""
+def rank_row(data: RankData, keys: Sequence[StepKey]) -> RankRow:
+    """One entry of ``summary["ranks"]``, not yet compared with the other ranks (no straggler)."""
     train = _train_phases(data)
     split = StepSplit()
     for key in keys:
@@ -268,12 +278,14 @@ def rank_row(data: RankData, keys: Sequence[StepKey]) -> dict[str, Any]:
     worker_cpu = [c for p in train for c in (p.get("worker_cpu_pct") or [])]
     return {
         "rank": data.rank, "host": data.host, "local_rank": data.local_rank,
-        "node_rank": data.node_rank,
+        "node_rank": data.node_rank, "status": data.status, "exit_code": data.exit_code,
+        "straggler": False, "straggler_by": "busy time", "cause": None,
         "images": images, "seconds": seconds,
         "images_per_s": images / seconds if seconds > 0 else None,
         "steps_compared": split.steps,
-        **{k: fields[k] for k in ("data_wait_frac", "transfer_frac", "compute_frac",
-                                  "comm_frac", "other_frac")},
+        "data_wait_frac": fields["data_wait_frac"], "transfer_frac": fields["transfer_frac"],
+        "compute_frac": fields["compute_frac"], "comm_frac": fields["comm_frac"],
+        "other_frac": fields["other_frac"],
         "step_ms": _ms(split.per_step(split.wall_s)),
         "busy_ms_per_step": _ms(split.per_step(split.wall_s - split.comm_s)),
         "data_wait_ms_per_step": _ms(split.per_step(split.data_wait_s)),
@@ -292,12 +304,12 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
-def _others(rows: list[dict[str, Any]], k: int, key: str) -> float | None:
-    vals = [r[key] for i, r in enumerate(rows) if i != k and r.get(key) is not None]
+def _others(rows: list[RankRow], k: int, key: _OthersKey) -> float | None:
+    vals = [v for i, r in enumerate(rows) if i != k and (v := r.get(key)) is not None]
     return statistics.median(vals) if vals else None
 
 
-def straggler_evidence(rows: list[dict[str, Any]], k: int, ex: Excess, cause: str) -> list[str]:
+def straggler_evidence(rows: list[RankRow], k: int, ex: Excess, cause: str) -> list[str]:
     """Numbers that show rank ``k`` holds the others back, and why."""
     row = rows[k]
     lines = [
@@ -318,11 +330,14 @@ def _s(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
-def _loader_lines(rows: list[dict[str, Any]], k: int) -> list[str]:
+def _loader_lines(rows: list[RankRow], k: int) -> list[str]:
     """Its loader against the others': workers, CPU, disk, and its own input cause."""
     row = rows[k]
     lines = []
-    others_workers = sorted({r["workers"] for i, r in enumerate(rows) if i != k})
+    # A rank without training phases has no worker count: leave it out (sorting None with
+    # ints would raise).
+    others_workers = sorted({w for i, r in enumerate(rows)
+                             if i != k and (w := r.get("workers")) is not None})
     if row["workers"] is not None and others_workers and [row["workers"]] != others_workers:
         lines.append(f"its DataLoader workers: {row['workers']}, the others': "
                      + ", ".join(str(w) for w in others_workers))
@@ -337,7 +352,7 @@ def _loader_lines(rows: list[dict[str, Any]], k: int) -> list[str]:
     return lines
 
 
-def _cpu_lines(rows: list[dict[str, Any]], k: int) -> list[str]:
+def _cpu_lines(rows: list[RankRow], k: int) -> list[str]:
     row = rows[k]
     lines = []
     if row["main_cpu_pct"] is not None:
@@ -351,7 +366,7 @@ def _cpu_lines(rows: list[dict[str, Any]], k: int) -> list[str]:
     return lines + _cpu_inference(row)
 
 
-def _cpu_inference(row: dict[str, Any]) -> list[str]:
+def _cpu_inference(row: RankRow) -> list[str]:
     """Whether the slow rank's own time was CPU work: its process CPU against its busy share."""
     mine, busy, step = row["main_cpu_pct"], row["busy_ms_per_step"], row["step_ms"]
     if mine is None or not busy or not step or row.get("cause") not in ("compute", None):
@@ -365,16 +380,16 @@ def _cpu_inference(row: dict[str, Any]) -> list[str]:
             "of a core: its own CPU work (more work per step, slower or shared cores)"]
 
 
-def _fill_node_cpu(rows: list[dict[str, Any]]) -> None:
+def _fill_node_cpu(rows: list[RankRow]) -> None:
     """Host CPU is sampled by local rank 0 of each node: give it to that node's other ranks."""
     by_host = {r["host"]: r["host_cpu_pct"] for r in rows
                if r["host"] is not None and r["local_rank"] == 0}
     for r in rows:
         if r["host_cpu_pct"] is None:
-            r["host_cpu_pct"] = by_host.get(r["host"])
+            r["host_cpu_pct"] = by_host.get(r["host"]) if r["host"] is not None else None
 
 
-def merge_ranks(readers: Sequence[RunReader]) -> dict[str, Any]:
+def merge_ranks(readers: Sequence[RunReader]) -> MergedRanks:
     """The per-rank table (``summary["ranks"]``) and the job's verdict (``distributed``).
 
     Examples:
@@ -418,8 +433,8 @@ def merge_ranks(readers: Sequence[RunReader]) -> dict[str, Any]:
     return {"ranks": rows, "distributed": job}
 
 
-def job_section(rows: list[dict[str, Any]], ranks: Sequence[RankData], keys: Sequence[StepKey],
-                world: int) -> dict[str, Any]:
+def job_section(rows: list[RankRow], ranks: Sequence[RankData], keys: Sequence[StepKey],
+                world: int) -> Distributed:
     """One verdict for the whole job, with the figures behind it."""
     present = {r["rank"] for r in rows}
     pooled = StepSplit()
@@ -448,15 +463,16 @@ def _mean(vals: list[float | None]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _job_verdict(rows: list[dict[str, Any]], stragglers: list[int], comm_frac: float | None,
-                 fields: dict[str, Any], steps: int) -> tuple[str | None, str]:
+def _job_verdict(rows: list[RankRow], stragglers: list[int], comm_frac: float | None,
+                 fields: StepSplitFields, steps: int) -> tuple[str | None, str]:
     if stragglers:
         k = stragglers[0]
         row = next(r for r in rows if r["rank"] == k)
         others_comm = _others(rows, rows.index(row), "comm_frac")
+        cause = row["cause"]
         what = {"input": "data wait", "compute": "forward, backward and optimizer",
-                "transfer": "host-to-device copies"}.get(row["cause"], row["cause"])
-        why = f" ({row['cause']}: {what})" if row["cause"] else ""
+                "transfer": "host-to-device copies"}.get(cause, cause) if cause else None
+        why = f" ({cause}: {what})" if cause else ""
         wait = (f"; the other ranks spend {fmt_pct(others_comm)} of every step waiting for it "
                 "in the all-reduce" if others_comm else
                 "; the other ranks wait for it at the all-reduce")
@@ -471,7 +487,7 @@ def _job_verdict(rows: list[dict[str, Any]], stragglers: list[int], comm_frac: f
                        f"step; over all ranks the job is {v.verdict or 'undecided'}")
 
 
-def _failure_finding(job: dict[str, Any]) -> list[dict[str, Any]]:
+def _failure_finding(job: Distributed) -> list[Finding]:
     failed = [f for f in job.get("failed_ranks") or [] if f["status"] == "failed"]
     if not failed:
         return []
@@ -493,7 +509,7 @@ def _failure_finding(job: dict[str, Any]) -> list[dict[str, Any]]:
     }]
 
 
-def rank_findings(merged: dict[str, Any]) -> list[dict[str, Any]]:
+def rank_findings(merged: MergedRanks) -> list[Finding]:
     """Findings (``summary["findings"]`` entries) for stragglers and communication."""
     out = _failure_finding(merged["distributed"])
     for row in merged["ranks"]:
@@ -525,7 +541,7 @@ def rank_findings(merged: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _straggler_fix(row: dict[str, Any]) -> str:
+def _straggler_fix(row: RankRow) -> str:
     if row["cause"] == "input":
         return ("give this rank's input pipeline what the others have: the same DataLoader "
                 "workers and augmentation backend, its data on storage as fast as theirs (or in "
@@ -544,7 +560,7 @@ def _holds_rank0(run_dir: Path) -> bool:
     return not isinstance(seen, list) or 0 in seen
 
 
-def add_rank_stores(summary: dict[str, Any], run_dir: Path) -> None:
+def add_rank_stores(summary: Summary, run_dir: Path) -> None:
     """Merge ``run_dir``'s per-rank stores into ``summary`` (no-op without them)."""
     names = find_rank_stores(run_dir)
     if not names:

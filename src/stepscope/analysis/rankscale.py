@@ -31,6 +31,7 @@ from stepscope.analysis.arrivals import (
     nodes,
     rank_arrival_row,
 )
+from stepscope.analysis.contracts_summary import MergedRanks, RankRow
 from stepscope.store.db import RunReader
 from stepscope.store.records import ArrivalRecord
 
@@ -118,7 +119,7 @@ def _cause(r: RankRollup, medians: dict[str, float]) -> str | None:
     return PARTS[part] if _per_step(r, part) - medians[part] >= MIN_EXCESS_S else None
 
 
-def rollup_merge(run_dir: Path, names: Sequence[str]) -> dict[str, Any]:
+def rollup_merge(run_dir: Path, names: Sequence[str]) -> MergedRanks:
     """``{"ranks": [...], "distributed": {...}}`` like ``merge_ranks``, from the roll-ups of the
     stores ``names`` in ``run_dir``."""
     stride, last = sample_plan(run_dir, names)
@@ -134,19 +135,23 @@ def rollup_merge(run_dir: Path, names: Sequence[str]) -> dict[str, Any]:
         (b.t_arrive - a.t_arrive) / (b.seq - a.seq) for r in ranks
         for a, b in zip(r.arrivals, r.arrivals[1:], strict=False)) if lts else None
     threshold = late_threshold_s(period)
-    rows = []
+    rows: list[RankRow] = []
     for k, r in enumerate(ranks):
-        row: dict[str, Any] = {
+        row: RankRow = {
             "rank": r.rank, "host": r.host, "node_rank": r.node_rank,
             "status": r.status, "exit_code": r.exit_code,
             "steps_compared": int(r.totals["steps"]),
-            **{f"{p.removesuffix('_s')}_ms_per_step": 1000.0 * _per_step(r, p)
-               for p in (*PARTS, "wall_s", "comm_s")},
+            "data_wait_ms_per_step": 1000.0 * _per_step(r, "data_wait_s"),
+            "compute_ms_per_step": 1000.0 * _per_step(r, "compute_s"),
+            "transfer_ms_per_step": 1000.0 * _per_step(r, "transfer_s"),
+            "other_ms_per_step": 1000.0 * _per_step(r, "other_s"),
+            "wall_ms_per_step": 1000.0 * _per_step(r, "wall_s"),
+            "comm_ms_per_step": 1000.0 * _per_step(r, "comm_s"),
+            "straggler": False, "straggler_by": "arrival" if lts else None, "cause": None,
         }
         if lts and lts[k].late_s:
             row.update(rank_arrival_row(lts[k], threshold))
         row["straggler"] = bool(row.get("arrival_straggler"))
-        row["straggler_by"] = "arrival" if lts else None
         row["cause"] = _cause(r, medians) if row["straggler"] else None
         rows.append(row)
     stragglers = [r["rank"] for r in rows if r["straggler"]]

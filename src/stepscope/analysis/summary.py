@@ -12,9 +12,23 @@ import contextlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from stepscope.analysis.capacity import job_cores
+from stepscope.analysis.contracts_summary import (
+    CheckpointsSection,
+    DatasetFacts,
+    EpochRow,
+    HostFacts,
+    LoaderFacts,
+    MemorySection,
+    ModelFacts,
+    PhaseAgg,
+    PhaseRow,
+    RunHeader,
+    Summary,
+    SystemSection,
+)
 from stepscope.analysis.findings import build_findings
 from stepscope.analysis.gpu_identity import resolve_nvml_index
 from stepscope.analysis.keras_loader import stage_fields
@@ -89,7 +103,7 @@ def _job_cores(facts: dict[str, Fact], cache: SampleCache) -> float | None:
     return found if found is not None else _cores(facts, cache)
 
 
-def _mark_cached_phases(phases: list[dict[str, Any]], facts: dict[str, Fact]) -> None:
+def _mark_cached_phases(phases: list[PhaseRow], facts: dict[str, Fact]) -> None:
     """Phases served from the trainer's feature cache ran the head alone: their step split
     is about microseconds of tensor slicing, not about the input pipeline or the trunk."""
     used = facts.get("featcache.used")
@@ -102,7 +116,7 @@ def _mark_cached_phases(phases: list[dict[str, Any]], facts: dict[str, Fact]) ->
                                  "so this phase's split says nothing about loading or the trunk")
 
 
-def _run_section(run: RunInfo, cache: SampleCache) -> dict[str, Any]:
+def _run_section(run: RunInfo, cache: SampleCache) -> RunHeader:
     ended = run.ended
     if ended is None:
         rng = cache.get("host", "cpu_util_pct")
@@ -120,7 +134,7 @@ def _run_section(run: RunInfo, cache: SampleCache) -> dict[str, Any]:
     }
 
 
-def _assign_checkpoints(phases: list[dict[str, Any]], cache: SampleCache) -> dict[str, Any]:
+def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache) -> CheckpointsSection:
     """Give each checkpoint write to the phase running (or last ended) when it was recorded."""
     ck = cache.get("trainer", "checkpoint_write_s")
     for ph in phases:
@@ -137,15 +151,15 @@ def _assign_checkpoints(phases: list[dict[str, Any]], cache: SampleCache) -> dic
             "mean_s": sum(ck.v) / len(ck.v) if ck.v else None}
 
 
-def _stage_ms(rows: list[dict[str, Any]], stage: str) -> float | None:
+def _stage_ms(rows: list[PhaseRow], stage: str) -> float | None:
     """Mean ms per image of a loader stage over the phases whose loader was timed."""
-    values = [((p.get("loader") or {}).get("stage_ms_per_image") or {}).get(stage) for p in rows]
-    measured = [v for v in values if v is not None]
+    measured = [v for p in rows if (loader := p.get("loader"))
+                and (v := (loader["stage_ms_per_image"] or {}).get(stage)) is not None]
     return sum(measured) / len(measured) if measured else None
 
 
-def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
-                         totals: dict[int, PhaseTotals]) -> dict[str, Any] | None:
+def aggregate_phase_kind(kind: str, phases: list[PhaseRow],
+                         totals: dict[int, PhaseTotals]) -> PhaseAgg | None:
     """Train (or val) over all epochs: one steady-state split, verdict and dominant cause."""
     rows = [p for p in phases if p["phase"] == kind]
     if not rows:
@@ -186,18 +200,26 @@ def aggregate_phase_kind(kind: str, phases: list[dict[str, Any]],
     }
 
 
-def _epochs(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out: dict[int, dict[str, Any]] = {}
+def _epochs(phases: list[PhaseRow]) -> list[EpochRow]:
+    out: dict[int, EpochRow] = {}
     for p in phases:
         e = out.setdefault(p["epoch"], {"epoch": p["epoch"], "seconds": 0.0, "images": 0,
                                         "disk_read_bytes": None, "cache_read_bytes": None,
                                         "rchar_bytes": None, "checkpoint_write_s": None})
         e["seconds"] += p["seconds"]
         e["images"] += p["images"]
-        for key in ("disk_read_bytes", "cache_read_bytes", "rchar_bytes", "checkpoint_write_s"):
-            if p.get(key) is not None:
-                e[key] = (e[key] or 0) + p[key]
+        # A figure the phase did not measure leaves the epoch's sum as it was (None if none did).
+        e["disk_read_bytes"] = _add(e["disk_read_bytes"], p["disk_read_bytes"])
+        e["cache_read_bytes"] = _add(e["cache_read_bytes"], p["cache_read_bytes"])
+        e["rchar_bytes"] = _add(e["rchar_bytes"], p["rchar_bytes"])
+        ck = p.get("checkpoint_write_s")
+        if ck is not None:
+            e["checkpoint_write_s"] = (e["checkpoint_write_s"] or 0.0) + ck
     return [out[k] for k in sorted(out)]
+
+
+def _add(total: int | None, n: int | None) -> int | None:
+    return total if n is None else (total or 0) + n
 
 
 def monitor_overhead(facts: dict[str, Fact], cache: SampleCache, run_s: float | None,
@@ -213,7 +235,7 @@ def monitor_overhead(facts: dict[str, Fact], cache: SampleCache, run_s: float | 
 
 
 def _summarize_phases(reader: RunReader, ctx: PhaseContext, rank: int
-                      ) -> tuple[list[dict[str, Any]], dict[int, PhaseTotals]]:
+                      ) -> tuple[list[PhaseRow], dict[int, PhaseTotals]]:
     """(phases of this run's rank, step totals by phase id)."""
     # Per-phase sums from the store (raw steps plus roll-ups); a phase whose steps are all
     # still raw is read step by step (outlier steps need each step's time).
@@ -226,38 +248,41 @@ def _summarize_phases(reader: RunReader, ctx: PhaseContext, rank: int
     return [p for p in every if (p["rank"] or 0) == rank], totals
 
 
-def _loader_section(facts: dict[str, Fact]) -> dict[str, Any]:
+def _loader_section(facts: dict[str, Fact]) -> LoaderFacts:
     """What ran the loop and fed it (watch's ``loop.*``/``loader.*`` facts; None elsewhere)."""
-    out: dict[str, Any] = {"framework": _fact(facts, "loop.framework"),
-                           "keras_backend": _fact(facts, "loop.keras_backend"),
-                           "callbacks_timed": _fact(facts, "loop.keras_callbacks_timed")}
-    for key in ("kind", "class", "workers", "multiprocessing", "parallel_calls", "prefetch",
-                "cache", "augments"):
-        out[key] = _fact(facts, f"loader.{key}")
-    return out
+    return {"framework": _fact(facts, "loop.framework"),
+            "keras_backend": _fact(facts, "loop.keras_backend"),
+            "callbacks_timed": _fact(facts, "loop.keras_callbacks_timed"),
+            "kind": _fact(facts, "loader.kind"), "class": _fact(facts, "loader.class"),
+            "workers": _fact(facts, "loader.workers"),
+            "multiprocessing": _fact(facts, "loader.multiprocessing"),
+            "parallel_calls": _fact(facts, "loader.parallel_calls"),
+            "prefetch": _fact(facts, "loader.prefetch"), "cache": _fact(facts, "loader.cache"),
+            "augments": _fact(facts, "loader.augments")}
 
 
-def _facts_sections(facts: dict[str, Fact], cache: SampleCache, cores: float | None
-                    ) -> dict[str, Any]:
-    mem_total = cache.get("host", "mem_total_bytes").max()
-    return {
-        "dataset": {"files": _fact(facts, "dataset.files"), "bytes": _fact(facts, "dataset.bytes"),
-                    "residency_sample_files": _fact(facts, "dataset.residency_sample_files")},
-        "model": {"name": _fact(facts, "model.name"), "params": _fact(facts, "model.params"),
-                  "trainable_params": _fact(facts, "model.trainable_params"),
-                  "file_bytes": _fact(facts, "model.file_bytes"),
-                  "framework": _fact(facts, "mem.framework"),
-                  "precision": _fact(facts, "train.precision"),
-                  "channels_last": _fact(facts, "train.channels_last")},
-        "loader": _loader_section(facts),
-        "host": {"cores": cores, "mem_total_bytes": mem_total,
-                 "mem_available_min_bytes": cache.get("host", "mem_available_bytes").min(),
-                 "bf16": _fact(facts, "env.bf16")},
-    }
+def _dataset_facts(facts: dict[str, Fact]) -> DatasetFacts:
+    return {"files": _fact(facts, "dataset.files"), "bytes": _fact(facts, "dataset.bytes"),
+            "residency_sample_files": _fact(facts, "dataset.residency_sample_files")}
+
+
+def _model_facts(facts: dict[str, Fact]) -> ModelFacts:
+    return {"name": _fact(facts, "model.name"), "params": _fact(facts, "model.params"),
+            "trainable_params": _fact(facts, "model.trainable_params"),
+            "file_bytes": _fact(facts, "model.file_bytes"),
+            "framework": _fact(facts, "mem.framework"),
+            "precision": _fact(facts, "train.precision"),
+            "channels_last": _fact(facts, "train.channels_last")}
+
+
+def _host_facts(facts: dict[str, Fact], cache: SampleCache, cores: float | None) -> HostFacts:
+    return {"cores": cores, "mem_total_bytes": cache.get("host", "mem_total_bytes").max(),
+            "mem_available_min_bytes": cache.get("host", "mem_available_bytes").min(),
+            "bf16": _fact(facts, "env.bf16")}
 
 
 def _memory(cache: SampleCache, reader: RunReader, main_pid: int | None, gpu: int | None,
-            facts: dict[str, Fact], is_gpu_run: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+            facts: dict[str, Fact], is_gpu_run: bool) -> tuple[MemorySection, MemorySection | None]:
     processes = reader.processes()
     host = host_ledger(cache, main_pid, processes, facts, gpu_run=is_gpu_run and gpu is not None)
     if not is_gpu_run or gpu is None:
@@ -272,7 +297,7 @@ def _memory(cache: SampleCache, reader: RunReader, main_pid: int | None, gpu: in
     return device, host_extra
 
 
-def build_summary(reader: RunReader) -> dict[str, Any]:
+def build_summary(reader: RunReader) -> Summary:
     """The diagnosis of one run as a JSON-ready dict (DESIGN.md ``summary.json``, schema 1).
 
     Examples:
@@ -307,7 +332,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     if not any(p["steps"] for p in phases):
         notes.append("no training steps were recorded (a script without a supported loop, or "
                      "no phases marked): only system-level figures are available")
-    summary: dict[str, Any] = {
+    summary: Summary = {
         "schema_version": SCHEMA_VERSION,
         "run": run_section,
         "phases": phases,
@@ -317,12 +342,16 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
         "memory": memory,
         "host_memory": host_memory,
         "checkpoints": checkpoints,
-        **_facts_sections(facts, cache, cores),
-        "system": _system_section(cache, run_section, gpu),
+        "dataset": _dataset_facts(facts),
+        "model": _model_facts(facts),
+        "loader": _loader_section(facts),
+        "host": _host_facts(facts, cache, cores),
+        "system": _system_section(cache, gpu),
         # Distributed runs: filled from the rank stores by add_rank_stores (analysis/ranks.py).
         "ranks": [],
         "monitor_overhead_frac": monitor_overhead(facts, cache, run_section["seconds"], cores),
         "notes": notes,
+        "findings": [],
     }
     for agg in summary["by_phase"].values():
         agg["run_kind"] = run.kind  # the fix speaks the loop's vocabulary (trainer flags, API)
@@ -330,7 +359,7 @@ def build_summary(reader: RunReader) -> dict[str, Any]:
     return summary
 
 
-def _system_section(cache: SampleCache, run: dict[str, Any], gpu: int | None = None) -> dict[str, Any]:
+def _system_section(cache: SampleCache, gpu: int | None = None) -> SystemSection:
     """Whole-run system figures: what a watch without steps can still say."""
     disks = [s for s in cache.sources("read_bytes_per_s") if s.startswith("disk:")]
     return {
@@ -352,7 +381,7 @@ def _last_minus_first(cache: SampleCache, source: str, metric: str) -> float | N
     return s.v[-1] - s.v[0] if s else None
 
 
-def write_summary(run_dir: Path) -> dict[str, Any]:
+def write_summary(run_dir: Path) -> Summary:
     """Build the summary from ``run_dir/run.db`` and write ``run_dir/summary.json`` atomically.
 
     Examples:
@@ -375,9 +404,10 @@ def _json_default(o: object) -> Any:
     return str(o)
 
 
-def load_summary(run_dir: Path) -> dict[str, Any]:
-    """Read ``summary.json`` back (the CLI's ``explain`` and ``compare`` use it)."""
-    return dict(json.loads(RunDir(Path(run_dir)).summary.read_text()))
+def load_summary(run_dir: Path) -> Summary:
+    """Read ``summary.json`` back (the CLI's ``explain`` and ``compare`` use it). Trusted as a
+    :class:`Summary`: this module wrote it (schema_version 1)."""
+    return cast("Summary", json.loads(RunDir(Path(run_dir)).summary.read_text()))
 
 
 __all__ = ["build_summary", "load_summary", "phase_window", "write_summary"]

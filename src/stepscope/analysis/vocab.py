@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stepscope.analysis.contracts_summary import LoaderFacts
+
 PYTORCH = "pytorch"
 KERAS = "keras"
 # Words a Keras run's explanation, report and findings must never contain.
@@ -79,7 +81,7 @@ def vocab(framework: str | None) -> Vocab:
     return TABLE.get(framework or PYTORCH, TABLE[PYTORCH])
 
 
-def keras_workers_fix(loader: dict[str, Any], workers: int, target: int) -> str:
+def keras_workers_fix(loader: LoaderFacts, workers: int, target: int) -> str:
     """Raise the parallelism of the input the Keras run uses, in its own API."""
     kind = loader.get("kind")
     legacy = loader.get("framework") == "tf.keras"
@@ -99,7 +101,7 @@ def keras_workers_fix(loader: dict[str, Any], workers: int, target: int) -> str:
             "step asks")
 
 
-def keras_cpu_fix(loader: dict[str, Any], phase: str) -> str:
+def keras_cpu_fix(loader: LoaderFacts, phase: str) -> str:
     """The loading CPU is saturated: make each batch cheaper, or compute it once."""
     if phase == "val":
         return ("validation does no augmentation: its CPU cost is decoding and resizing; "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepscope.analysis.contracts_summary import Summary
 from stepscope.analysis.fmt import (
     MISSING,
     fmt_bytes,
@@ -249,7 +250,7 @@ _PART_LABEL = {"wait": "waiting for data", "copy": "host→device copy",
                "compute": "compute (fwd+bwd+opt)", "other": "other loop work"}
 
 
-def _phase_breakdown(summary: dict[str, Any], tl: Timeline) -> str:
+def _phase_breakdown(summary: Summary, tl: Timeline) -> str:
     groups: list[tuple[str, list[Bar]]] = []
     for p in summary.get("phases") or []:
         steps, secs = p.get("steps") or 0, p.get("seconds") or 0.0
@@ -271,11 +272,11 @@ def _phase_breakdown(summary: dict[str, Any], tl: Timeline) -> str:
                    "pipeline, not the model, sets the speed."))
 
 
-def _throughput(summary: dict[str, Any]) -> str:
+def _throughput(summary: Summary) -> str:
     return throughput_chart(summary, {"train": PALETTE[0], "val": PALETTE[1]})
 
 
-def _phase_table(summary: dict[str, Any]) -> str:
+def _phase_table(summary: Summary) -> str:
     head = ("epoch", "phase", "steps", "img/s", "wait", "copy", "compute", "verdict",
             "disk read", "cached read", "dataset cached", "CPU", "GPU")
     rows = []
@@ -305,15 +306,15 @@ def _phase_table(summary: dict[str, Any]) -> str:
 
 
 # -- sections: memory ledger, findings, explanation, configuration ---------------------------------
-def _ledger(summary: dict[str, Any]) -> Body:
+def _ledger(summary: Summary) -> Body:
     mem = summary.get("memory") or {}
     ledger = mem.get("ledger") or []
     if not ledger and mem.get("total_bytes") is None:
         return "Memory ledger", [empty("No memory ledger was recorded.")]
     items = [(str(r.get("item")), float(r.get("bytes") or 0.0), PALETTE[i % 8])
              for i, r in enumerate(ledger)]
-    if mem.get("unattributed_bytes"):
-        items.append(("unattributed", float(mem["unattributed_bytes"]), "#bab0ac"))
+    if unattributed := mem.get("unattributed_bytes"):
+        items.append(("unattributed", float(unattributed), "#bab0ac"))
     rows = "".join(
         f"<tr><td class=\"l\">{esc(r.get('item'))}</td><td>{esc(fmt_bytes(r.get('bytes')))}"
         f"</td><td class=\"wrap\">{esc(r.get('how_measured') or '')}</td></tr>" for r in ledger)
@@ -341,7 +342,7 @@ def _evidence(ev: Any) -> str:
     return esc(ev if ev is not None else "")
 
 
-def _findings(summary: dict[str, Any]) -> Body:
+def _findings(summary: Summary) -> Body:
     out = []
     for f in summary.get("findings") or []:
         sev = str(f.get("severity") or "info")
@@ -400,14 +401,14 @@ def _notes(tl: Timeline) -> str:
 
 
 # -- header --------------------------------------------------------------------------------------
-def _train_rate(summary: dict[str, Any], phase: str) -> float | None:
+def _train_rate(summary: Summary, phase: str) -> float | None:
     rows = [p for p in summary.get("phases") or [] if p.get("phase") == phase]
     images = sum(p.get("images") or 0 for p in rows)
     secs = sum(p.get("seconds") or 0.0 for p in rows)
     return images / secs if secs else None
 
 
-def _header(summary: dict[str, Any], tl: Timeline | None, nav_links: Sequence[tuple[str, str]]
+def _header(summary: Summary, tl: Timeline | None, nav_links: Sequence[tuple[str, str]]
             ) -> str:
     run = summary.get("run") or {}
     started, ended = run.get("started"), run.get("ended")
@@ -434,7 +435,7 @@ def _header(summary: dict[str, Any], tl: Timeline | None, nav_links: Sequence[tu
 class ReportInput:
     """Everything a section may show."""
 
-    summary: dict[str, Any]
+    summary: Summary
     timeline: Timeline
     answers: Sequence[AnswerLike]
     config: dict[str, Any]
@@ -484,7 +485,7 @@ SECTIONS: tuple[Section, ...] = (
 
 
 # -- public API ------------------------------------------------------------------------------------
-def render_report(summary: dict[str, Any], timeline: Timeline, answers: Sequence[AnswerLike],
+def render_report(summary: Summary, timeline: Timeline, answers: Sequence[AnswerLike],
                   config: dict[str, Any]) -> str:
     """The report as one HTML string (see :func:`write_report`)."""
     inp = ReportInput(summary, timeline, answers, config)
@@ -496,7 +497,7 @@ def render_report(summary: dict[str, Any], timeline: Timeline, answers: Sequence
                 html)
 
 
-def write_report(path: Path, summary: dict[str, Any], timeline: Timeline,
+def write_report(path: Path, summary: Summary, timeline: Timeline,
                  answers: Sequence[AnswerLike], config: dict[str, Any]) -> Path:
     """Write ``run_dir/report.html``: one self-contained file that opens offline.
 

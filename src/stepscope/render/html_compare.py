@@ -8,9 +8,9 @@ Examples:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from stepscope.analysis.compare import Comparison
+from stepscope.analysis.contracts_summary import Summary
 from stepscope.analysis.fmt import fmt_bytes, fmt_num, fmt_pct, fmt_ratio
 from stepscope.atomic import atomic_write_text
 from stepscope.render.html_page import how, page, section
@@ -46,14 +46,14 @@ def _compare_memory(cmp: Comparison) -> str:
             f"</tr></thead><tbody>{rows}</tbody></table>")
 
 
-def _run_line(summary: dict[str, Any]) -> str:
+def _run_line(summary: Summary) -> str:
     run = summary.get("run") or {}
     command = f" (<code>{esc(run['command'])}</code>)" if run.get("command") else ""
     return f"{esc(run.get('name') or '?')}{command}"
 
 
-def render_compare_report(cmp: Comparison, a_summary: dict[str, Any],
-                          b_summary: dict[str, Any]) -> str:
+def render_compare_report(cmp: Comparison, a_summary: Summary,
+                          b_summary: Summary) -> str:
     """The comparison report as one HTML string (see :func:`write_compare_report`)."""
     colors = (PALETTE[9], PALETTE[0])
     groups = [(f"{p.epoch} {p.phase}", [Bar(f"a: {cmp.a_name}", p.a_images_per_s or 0.0,
@@ -89,8 +89,8 @@ def render_compare_report(cmp: Comparison, a_summary: dict[str, Any],
     return page(f"stepscope compare · {cmp.b_name} vs {cmp.a_name}", body)
 
 
-def write_compare_report(path: Path, cmp: Comparison, a_summary: dict[str, Any],
-                         b_summary: dict[str, Any]) -> Path:
+def write_compare_report(path: Path, cmp: Comparison, a_summary: Summary,
+                         b_summary: Summary) -> Path:
     """Write the comparison of two runs as one self-contained HTML file at ``path``.
 
     Examples:

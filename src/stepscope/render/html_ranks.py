@@ -4,8 +4,7 @@ evidence behind a named straggler. Big jobs list the stragglers and failed ranks
 
 from __future__ import annotations
 
-from typing import Any
-
+from stepscope.analysis.contracts_summary import RankRow, Summary
 from stepscope.analysis.fmt import fmt_num, fmt_pct
 from stepscope.render.html_page import how
 from stepscope.render.svg import esc
@@ -16,7 +15,7 @@ HEAD = ("node", "rank", "ended", "step ms", "data wait", "compute", "all-reduce"
         "arrived last", "straggler")
 
 
-def _row(r: dict[str, Any]) -> str:
+def _row(r: RankRow) -> str:
     node = str(r.get("host") or "?") + (f" #{r['node_rank']}" if r.get("node_rank") is not None
                                         else "")
     why = ", ".join(str(x) for x in (r.get("cause"), r.get("recurrence")) if x) \
@@ -28,7 +27,7 @@ def _row(r: dict[str, Any]) -> str:
     return "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
 
 
-def ranks_section(summary: dict[str, Any]) -> Body | None:
+def ranks_section(summary: Summary) -> Body | None:
     """The section, or None for a single-process run."""
     rows = summary.get("ranks") or []
     if len(rows) < 2 or "rank" not in rows[0]:
@@ -41,12 +40,12 @@ def ranks_section(summary: dict[str, Any]) -> Body | None:
     if len(rows) > len(shown):
         parts.append(how(f"{len(rows) - len(shown)} more ranks in summary.json (the first "
                          f"{RANK_ROWS_MAX} shown: stragglers and failed ranks first)."))
-    job = summary.get("distributed") or {}
-    arrival = job.get("arrival") or {}
+    job = summary.get("distributed")
+    arrival = job.get("arrival") if job else None
     text = ("ms per training step. all-reduce: time a gradient all-reduce was in flight, "
             "including waiting for slower ranks; arrived last: share of the all-reduces this "
             "rank reached last")
-    if arrival.get("method"):
+    if arrival and arrival.get("method"):
         text += f" ({arrival['method']})"
     parts.append(how(text + "."))
     for r in rows:
@@ -54,6 +53,6 @@ def ranks_section(summary: dict[str, Any]) -> Body | None:
             items = "".join(f"<li>{esc(e)}</li>" for e in r["straggler_evidence"])
             parts.append(f"<h3>Rank {esc(r['rank'])}: why the others wait for it</h3>"
                          f"<ul>{items}</ul>")
-    if job.get("verdict_text"):
-        parts.insert(0, f"<p>{esc(job['verdict_text'])}</p>")
+    if job and (verdict_text := job.get("verdict_text")):
+        parts.insert(0, f"<p>{esc(verdict_text)}</p>")
     return "Ranks", parts

@@ -9,8 +9,8 @@ of each phase); a phase without stage timing is left out and the section says so
 from __future__ import annotations
 
 import statistics
-from typing import Any
 
+from stepscope.analysis.contracts_summary import PhaseRow, Summary
 from stepscope.analysis.fmt import fmt_num
 from stepscope.render.svg import PALETTE, Bar, bar_chart, esc, legend
 
@@ -35,15 +35,16 @@ def _how(text: str) -> str:
     return f'<p class="how">{esc(text)}</p>'
 
 
-def _label(p: dict[str, Any]) -> str:
+def _label(p: PhaseRow) -> str:
     return f"{p.get('epoch')} {p.get('phase')}"
 
 
-def stage_waterfall(summary: dict[str, Any]) -> str:
+def stage_waterfall(summary: Summary) -> str:
     """Stacked ms per image of each loader stage, one bar per phase."""
     groups: list[tuple[str, list[Bar]]] = []
     for p in summary.get("phases") or []:
-        ms = (p.get("loader") or {}).get("stage_ms_per_image") or {}
+        loader = p.get("loader")
+        ms = (loader.get("stage_ms_per_image") if loader else None) or {}
         if not any(ms.values()):
             continue
         groups.append((_label(p), [Bar(STAGE_LABELS[k], float(ms.get(k) or 0.0), c,
@@ -59,12 +60,12 @@ def stage_waterfall(summary: dict[str, Any]) -> str:
                    "in whichever process loaded it (loading workers or the training process)."))
 
 
-def capacity_chart(summary: dict[str, Any]) -> str:
+def capacity_chart(summary: Summary) -> str:
     """Side-by-side capacities (img/s) per phase; the binding one is named under the chart."""
     groups: list[tuple[str, list[Bar]]] = []
     binding: list[str] = []
     for p in summary.get("phases") or []:
-        cap = p.get("capacity") or {}
+        cap = p.get("capacity")
         if not cap:
             continue
         rates = {"consume": cap.get("consume_images_per_s"),
@@ -84,12 +85,12 @@ def capacity_chart(summary: dict[str, Any]) -> str:
                    "cores are those it may use (affinity, cgroup quota), not the host's."))
 
 
-def throughput_chart(summary: dict[str, Any], colors: dict[str, str]) -> str:
+def throughput_chart(summary: Summary, colors: dict[str, str]) -> str:
     """Images/s per epoch and phase, a cache-served outlier clipped and marked."""
     rows = [p for p in summary.get("phases") or [] if p.get("images_per_s") is not None]
     if not rows:
         return ""
-    rates = [float(p["images_per_s"]) for p in rows]
+    rates = [float(p["images_per_s"] or 0.0) for p in rows]  # not None: filtered above
     typical = statistics.median(rates)
     cap = OUTLIER_FACTOR * typical if typical > 0 else None
     epochs: dict[int, list[Bar]] = {}
@@ -112,7 +113,7 @@ def throughput_chart(summary: dict[str, Any], colors: dict[str, str]) -> str:
     return out + _how(IMAGES_PER_S_DEFINITION)
 
 
-def input_section_parts(summary: dict[str, Any]) -> list[str]:
+def input_section_parts(summary: Summary) -> list[str]:
     """The input-pipeline parts of the report (empty strings dropped by the caller)."""
     return ["<h3>Where an image's loading time goes</h3>", stage_waterfall(summary),
             "<h3>Capacities: what binds</h3>", capacity_chart(summary)]

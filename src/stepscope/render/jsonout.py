@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepscope.analysis.compare import Comparison
+from stepscope.analysis.contracts_summary import Summary
 
 EXPLAIN_SCHEMA = ("stepscope.explain", 1)
 COMPARE_SCHEMA = ("stepscope.compare", 1)
@@ -25,12 +26,12 @@ def _head(schema: tuple[str, int]) -> dict[str, Any]:
     return {"schema": schema[0], "schema_version": schema[1]}
 
 
-def _run_ref(summary: dict[str, Any]) -> dict[str, Any]:
+def _run_ref(summary: Summary) -> dict[str, Any]:
     run = summary.get("run") or {}
     return {k: run.get(k) for k in ("name", "status", "device", "kind", "started", "ended")}
 
 
-def explain_json(summary: dict[str, Any], answers: Sequence[Any]) -> dict[str, Any]:
+def explain_json(summary: Summary, answers: Sequence[Any]) -> dict[str, Any]:
     """``stepscope explain --json``: the run and its numbered answers."""
     return {
         **_head(EXPLAIN_SCHEMA),
@@ -40,7 +41,7 @@ def explain_json(summary: dict[str, Any], answers: Sequence[Any]) -> dict[str, A
     }
 
 
-def compare_json(cmp: Comparison, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def compare_json(cmp: Comparison, a: Summary, b: Summary) -> dict[str, Any]:
     """``stepscope compare --json``: run b against run a, phase by phase."""
     return {
         **_head(COMPARE_SCHEMA),

@@ -33,8 +33,10 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from stepscope.analysis.contracts import Finding
+from stepscope.analysis.contracts_summary import PhaseRow, Summary
 from stepscope.analysis.fmt import fmt_bytes, fmt_num, fmt_pct
 from stepscope.analysis.timeline import Series, Timeline
 from stepscope.render.terminal import AnswerLike
@@ -72,7 +74,8 @@ GPU_TAGS: tuple[tuple[str, str, float], ...] = (
 )
 _STEP_PARTS = (("data_wait_s", "data_wait_ms"), ("transfer_s", "copy_ms"),
                ("compute_s", "compute_ms"), ("other_s", "other_ms"))
-_PHASE_SHARES = (("data_wait_frac", "data_wait_share"), ("transfer_frac", "copy_share"),
+_ShareKey = Literal["data_wait_frac", "transfer_frac", "compute_frac", "other_frac"]
+_PHASE_SHARES: tuple[tuple[_ShareKey, str], ...] = (("data_wait_frac", "data_wait_share"), ("transfer_frac", "copy_share"),
                  ("compute_frac", "compute_share"), ("other_frac", "other_share"))
 
 
@@ -156,7 +159,7 @@ def _step_events(ev: EventWriter, timeline: Timeline) -> int:
     return len(timeline.step_spans)
 
 
-def write_phases(ev: EventWriter, phases: Iterable[dict[str, Any]]) -> None:
+def write_phases(ev: EventWriter, phases: Iterable[PhaseRow]) -> None:
     for p in phases:
         kind, epoch, t = p.get("phase"), int(p.get("epoch") or 0), p.get("ended") or time.time()
         values: dict[str, float | None] = {name: p.get(key) for key, name in _PHASE_SHARES}
@@ -221,7 +224,7 @@ def _md_cell(v: Any) -> str:
     return _md_text(v).replace("|", "\\|").replace("\n", " ")
 
 
-def verdicts_markdown(phases: Sequence[dict[str, Any]]) -> str:
+def verdicts_markdown(phases: Sequence[PhaseRow]) -> str:
     """One table row per epoch and phase: verdict, cause and the step split."""
     rows = ["| epoch | phase | verdict | input cause | data wait | copy | compute | images/s |",
             "|---|---|---|---|---|---|---|---|"]
@@ -235,7 +238,7 @@ def verdicts_markdown(phases: Sequence[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def findings_markdown(findings: Sequence[dict[str, Any]]) -> str:
+def findings_markdown(findings: Sequence[Finding]) -> str:
     if not findings:
         return "No findings."
     parts = []
@@ -255,7 +258,7 @@ def answers_markdown(answers: Sequence[AnswerLike]) -> str:
                          for i, a in enumerate(answers, 1))
 
 
-def run_markdown(summary: dict[str, Any]) -> str:
+def run_markdown(summary: Summary) -> str:
     run = summary.get("run") or {}
     lines = [f"- {k}: {_md_cell(run.get(k))}" for k in
              ("name", "status", "device", "command") if run.get(k) is not None]
@@ -265,7 +268,7 @@ def run_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) or "(no run information)"
 
 
-def write_texts(ev: EventWriter, summary: dict[str, Any], answers: Sequence[AnswerLike],
+def write_texts(ev: EventWriter, summary: Summary, answers: Sequence[AnswerLike],
                 t_end: float) -> None:
     """The run, the verdict table, the findings and the explanation as text summaries."""
     ev.text("run/summary", run_markdown(summary), t_end)
@@ -286,7 +289,7 @@ class TensorBoardExport:
     sampled_tags: tuple[str, ...]
 
 
-def write_tensorboard(log_dir: Path, summary: dict[str, Any], timeline: Timeline,
+def write_tensorboard(log_dir: Path, summary: Summary, timeline: Timeline,
                       answers: Sequence[AnswerLike]) -> TensorBoardExport:
     """Write a run's figures and words as TensorBoard event files into ``log_dir``.
 

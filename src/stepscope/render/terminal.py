@@ -9,7 +9,7 @@ disk tools and nvidia-smi's "MB" in the seed's question are.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stepscope.analysis.compare import Comparison
+from stepscope.analysis.contracts_summary import PhaseRow, RankRow, Summary
 from stepscope.analysis.fmt import (
     MISSING,
     fmt_bytes,
@@ -52,7 +53,7 @@ def fmt_verdict(verdict: str | None, cause: str | None) -> str:
     return f"{verdict} ({cause})" if cause else verdict
 
 
-def phase_verdict(p: dict[str, Any]) -> str:
+def phase_verdict(p: PhaseRow) -> str:
     """A phase's verdict as shown in tables; phases served from the feature cache say so."""
     text = fmt_verdict(p.get("verdict"), p.get("input_cause"))
     return "cached features" if p.get("feature_cache") else text
@@ -69,7 +70,7 @@ def _table(title: str | None = None) -> Table:
                  title_justify="left", title_style="bold")
 
 
-def phase_table(summary: dict[str, Any]) -> Table:
+def phase_table(summary: Summary) -> Table:
     """Per epoch x phase: throughput, where step time went, the verdict, disk and page cache.
 
     Examples:
@@ -106,15 +107,15 @@ def phase_table(summary: dict[str, Any]) -> Table:
 RANK_ROWS_MAX = 16
 
 
-def rank_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rank_order(rows: list[RankRow]) -> list[RankRow]:
     """Stragglers and failed ranks first, then by rank; at most ``RANK_ROWS_MAX``."""
-    def key(r: dict[str, Any]) -> tuple[bool, bool, int]:
+    def key(r: RankRow) -> tuple[bool, bool, int]:
         return (not r.get("straggler"), r.get("status") not in ("failed", "interrupted"),
                 int(r["rank"]))
     return sorted(rows, key=key)[:RANK_ROWS_MAX]
 
 
-def rank_table(summary: dict[str, Any]) -> Table | None:
+def rank_table(summary: Summary) -> Table | None:
     """Per rank of a distributed run, grouped by node: how it ended, its step split, how often
     it arrived last at the gradient all-reduce, and whether the others waited for it."""
     rows = summary.get("ranks") or []

@@ -1,0 +1,479 @@
+"""Typed contracts for ``summary.json``: phase rows, by-phase aggregates, ranks, memory, run.
+
+Like ``analysis/contracts.py`` (findings, ledger items) these are ``TypedDict``s: a summary is
+still the plain JSON-ready dict DESIGN.md specifies, serialised unchanged (schema_version 1),
+while mypy checks every key the analysis writes and compare, explain and the renderers read
+back. Keys a section always carries are required; the optional ones (``total=False`` bases)
+are those the analysis adds only for some runs (a rank table from arrival records, a GPU
+ledger, a feature-cached phase) — each base says when.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from stepscope.analysis.contracts import Finding, LedgerItem
+
+
+class StepSplitFields(TypedDict):
+    """The step split as summary keys (``analysis.phases.split_fields``): shares of the steady
+    steps' wall time, ms per step and ms per image; None without steady steps."""
+
+    data_wait_frac: float | None
+    transfer_frac: float | None
+    compute_frac: float | None  # compute + all-reduce (comm is inside backward)
+    comm_frac: float | None
+    other_frac: float | None
+    outlier_steps: int
+    outlier_s: float
+    step_ms_per_step: float | None
+    data_wait_ms_per_step: float | None
+    transfer_ms_per_step: float | None
+    compute_ms_per_step: float | None
+    other_ms_per_step: float | None
+    data_wait_ms_per_image: float | None
+    compute_ms_per_image: float | None
+    step_ms_per_image: float | None
+
+
+class LoaderRow(TypedDict):
+    """``phase["loader"]``: the input pipeline's own timing (where its stages were measured)."""
+
+    workers: int
+    persistent_workers: bool | None
+    items: float
+    stage_ms_per_image: dict[str, float] | None
+    read_bytes_per_image: float | None
+    worker_busy_s: list[float]
+    worker_busy_frac: float | None
+    not_ready_frac: float | None
+    first_wait_s: float | None
+    startup_s: float
+    wait_cpu_frac: float | None
+    fetch_on_cpu_frac: float | None
+    fetch_runq_frac: float | None
+    fetch_blocked_frac: float | None
+
+
+class CapacityRow(TypedDict):
+    """``phase["capacity"]``: ``analysis.capacity.Capacity`` as plain data (images/s, cores)."""
+
+    now_images_per_s: float
+    consume_images_per_s: float | None
+    per_loader_images_per_s: float | None
+    loader_images_per_s: float | None
+    storage_images_per_s: float | None
+    cpu_s_per_image: float | None
+    runq_s_per_image: float
+    job_cores: float | None
+    obtainable_cores: float | None
+    compute_cores: float | None
+    spare_cores: float | None
+    model_cpu_s_per_image: float | None
+    cpu_images_per_s: float | None
+    binding: str | None
+    stage_ms_per_image: dict[str, float]
+
+
+class _PredictionCore(TypedDict):
+    change: str
+    images_per_s: float
+    speedup: float
+    basis: str
+
+
+class PredictionRow(_PredictionCore, total=False):
+    """One of ``phase["predictions"]``: a priced fix; ``workers`` only for a worker count."""
+
+    workers: int
+
+
+class LoaderStages(TypedDict):
+    """``phase["loader_stages"]``: an ImageDataGenerator's stages (Keras under watch)."""
+
+    images: int
+    batches: int
+    ms_per_image: dict[str, float]
+    thread_busy_s: list[float]
+    thread_busy_frac: list[float]
+
+
+class _PhaseCore(StepSplitFields):
+    phase_id: int
+    epoch: int
+    phase: str  # train | val
+    rank: int | None
+    started: float
+    ended: float
+    steps: int
+    steady_steps: int
+    warmup_steps: int
+    images: int
+    seconds: float
+    images_per_s: float | None
+    verdict: str | None
+    verdict_weak: bool
+    verdict_note: str | None
+    input_cause: str | None
+    input_evidence: list[str]
+    disk_read_bytes: int | None
+    cache_read_bytes: int | None
+    rchar_bytes: int | None
+    disk_read_rate_bytes_per_s: float | None
+    dataset_resident_frac_start: float | None
+    dataset_resident_frac_end: float | None
+    cpu_util_pct: float | None
+    cpu_util_max_pct: float | None
+    main_cpu_pct: float | None
+    workers: int
+    worker_cpu_pct: list[float]
+    loader_cpu_ms_per_image: float | None
+    psi_io_some_pct: float | None
+    disk_wait_frac: float | None
+    disk_busy_pct: float | None
+    gpu_util_pct: float | None
+    loader: LoaderRow | None
+    capacity: CapacityRow | None
+    predictions: list[PredictionRow]
+    workers_curve: dict[str, float]  # worker count (as a JSON key) → predicted speed-up
+
+
+class PhaseRow(_PhaseCore, total=False):
+    """One entry of ``summary["phases"]`` (``analysis.phases.summarize_phase``). The optional
+    keys are added by ``build_summary`` for its own rank's phases (not for other ranks' rows):
+    ``checkpoint_write_s`` and ``loader_stages`` always there, ``feature_cache`` only for a
+    phase the trainer's feature cache served."""
+
+    checkpoint_write_s: float | None
+    loader_stages: LoaderStages | None
+    feature_cache: bool
+
+
+class _PhaseAggCore(StepSplitFields):
+    phase: str
+    phases: int
+    steady_steps: int
+    images: int
+    seconds: float
+    images_per_s: float | None
+    verdict: str | None
+    verdict_weak: bool
+    verdict_note: str | None
+    input_cause: str | None
+    input_evidence: list[str]
+    cpu_util_pct: float | None
+    gpu_util_pct: float | None
+    loader_cpu_ms_per_image: float | None
+    workers: int
+    decode_ms_per_image: float | None
+    capacity: CapacityRow | None
+    loader: LoaderRow | None
+    predictions: list[PredictionRow]
+    capacity_epoch: int
+
+
+class PhaseAgg(_PhaseAggCore, total=False):
+    """``summary["by_phase"][name]``: train (or val) over all epochs. ``run_kind`` (the loop's
+    kind, so a fix speaks its vocabulary) is set by ``build_summary`` once the run is known."""
+
+    run_kind: str
+
+
+class RunHeader(TypedDict):
+    """``summary["run"]``."""
+
+    name: str
+    status: str  # completed | failed | interrupted | running
+    device: str
+    command: str
+    started: float
+    ended: float | None
+    kind: str
+    seconds: float | None
+    world_size: int
+    rank: int
+    exit_code: int | None
+    augment: str | None  # the trainer's augmentation; None for other loops
+    augmented: bool | None  # None where the config does not say (a watched script)
+
+
+class PoolInfo(TypedDict):
+    """``memory["preallocated_pool"]``: a TF/JAX pool, or one process holding the card."""
+
+    framework: str | None
+    pool_bytes: int
+    gpu_total_bytes: float | None
+    why: str
+    fix: str
+
+
+class _MemoryCore(TypedDict):
+    device: str  # "cpu" or "cuda:N"
+    total_bytes: int | None
+    ledger: list[LedgerItem]
+    unattributed_bytes: int | None
+    unattributed_frac: float | None
+    notes: list[str]
+
+
+class MemorySection(_MemoryCore, total=False):
+    """``summary["memory"]`` (and ``host_memory`` on a GPU run). ``peak_t`` and
+    ``main_rss_bytes`` exist when the peak was sampled; ``gpu_total_bytes`` for a GPU ledger;
+    ``model_file_bytes``, ``footprint_line`` and ``preallocated_pool`` on the device ledger
+    ``build_summary`` keeps as ``memory``."""
+
+    peak_t: float
+    main_rss_bytes: int
+    gpu_total_bytes: float | None
+    preallocated_pool: PoolInfo | None
+    model_file_bytes: int | None
+    footprint_line: str | None
+
+
+class EpochRow(TypedDict):
+    """One of ``summary["epochs"]``: the epoch's phases summed."""
+
+    epoch: int
+    seconds: float
+    images: int
+    disk_read_bytes: int | None
+    cache_read_bytes: int | None
+    rchar_bytes: int | None
+    checkpoint_write_s: float | None
+
+
+class CheckpointsSection(TypedDict):
+    writes: int
+    total_s: float
+    max_s: float | None
+    mean_s: float | None
+
+
+class DatasetFacts(TypedDict):
+    files: int | None
+    bytes: int | None
+    residency_sample_files: int | None
+
+
+class ModelFacts(TypedDict):
+    name: str | None
+    params: int | None
+    trainable_params: int | None
+    file_bytes: int | None
+    framework: str | None  # the memory ledger's framework fact (mem.framework)
+    precision: str | None
+    channels_last: bool | None
+
+
+# Functional form: "class" is a key (the loader's class name, as watch records it).
+LoaderFacts = TypedDict("LoaderFacts", {
+    "framework": str | None, "keras_backend": str | None, "callbacks_timed": bool | None,
+    "kind": str | None, "class": str | None, "workers": int | None,
+    "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
+    "cache": bool | None, "augments": bool | None,
+})
+LoaderFacts.__doc__ = "``summary[\"loader\"]``: what ran the loop and fed it (watch's facts)."
+
+
+class HostFacts(TypedDict):
+    cores: float | None
+    mem_total_bytes: float | None
+    mem_available_min_bytes: float | None
+    bf16: bool | None
+
+
+class SystemSection(TypedDict):
+    """Whole-run system figures: what a watch without steps can still say."""
+
+    cpu_util_pct: float | None
+    cpu_util_max_pct: float | None
+    tree_cpu_util_pct: float | None
+    tree_rss_max_bytes: float | None
+    tree_read_bytes: float | None
+    tree_rchar_bytes: float | None
+    disk_busy_max_pct: float | None
+    psi_io_some_pct: float | None
+    gpu_util_pct: float | None
+
+
+class LateStretch(TypedDict):
+    first_allreduce: int
+    last_allreduce: int
+    t_start: float
+    t_end: float
+    allreduces: int
+
+
+class RankArrival(TypedDict):
+    """The arrival fields of a rank row (``analysis.arrivals.rank_arrival_row``)."""
+
+    allreduces_compared: int
+    arrival_late_ms_median: float | None
+    arrived_last_frac: float | None
+    late_allreduce_frac: float | None
+    late_ms_when_late: float | None
+    recurrence: str
+    arrival_straggler: bool
+    late_stretch: LateStretch | None
+
+
+class _RankCore(TypedDict):
+    rank: int
+    host: str | None
+    node_rank: int | None
+    status: str | None
+    exit_code: int | None
+    steps_compared: int
+    straggler: bool
+    straggler_by: str | None  # "arrival" | "busy time" (None: a roll-up without arrivals)
+    cause: str | None
+
+
+class RankRow(_RankCore, total=False):
+    """One of ``summary["ranks"]``. The per-step merge (``analysis.ranks.merge_ranks``) fills
+    every key but the ``wall``/``other``/``transfer`` roll-up figures; a job with many ranks is
+    merged from roll-ups (``analysis.rankscale``), which gives ms per step of each part only;
+    the arrival keys (:class:`RankArrival`) exist where every rank recorded arrivals."""
+
+    local_rank: int | None
+    images: int
+    seconds: float
+    images_per_s: float | None
+    data_wait_frac: float | None
+    transfer_frac: float | None
+    compute_frac: float | None
+    comm_frac: float | None
+    other_frac: float | None
+    step_ms: float | None
+    busy_ms_per_step: float | None
+    data_wait_ms_per_step: float | None
+    compute_ms_per_step: float | None
+    comm_ms_per_step: float | None
+    transfer_ms_per_step: float | None
+    other_ms_per_step: float | None
+    wall_ms_per_step: float | None
+    workers: int | None
+    main_cpu_pct: float | None
+    worker_cpu_pct: float | None
+    host_cpu_pct: float | None
+    disk_read_bytes: float | None
+    input_cause: str | None
+    input_evidence: list[str]
+    busy_ratio_to_others: float | None
+    busiest_step_frac: float | None
+    excess_ms_per_step: float | None
+    straggler_evidence: list[str]
+    # arrival fields, as RankArrival
+    allreduces_compared: int
+    arrival_late_ms_median: float | None
+    arrived_last_frac: float | None
+    late_allreduce_frac: float | None
+    late_ms_when_late: float | None
+    recurrence: str
+    arrival_straggler: bool
+    late_stretch: LateStretch | None
+
+
+class _NodeCore(TypedDict):
+    host: str
+    ranks: list[int]
+    stragglers: list[int]
+
+
+class NodeRow(_NodeCore, total=False):
+    """Ranks grouped by node; ``node_rank`` where the launcher numbers nodes."""
+
+    node_rank: int
+
+
+class _ArrivalJobCore(TypedDict):
+    method: str
+    allreduces_compared: int
+    step_period_ms: float | None
+    late_threshold_ms: float
+    stragglers: list[int]
+
+
+class ArrivalJob(_ArrivalJobCore, total=False):
+    """``distributed["arrival"]``; ``sample_stride`` when merged from roll-ups."""
+
+    sample_stride: int
+
+
+class ArrivalAnalysis(TypedDict):
+    """``analysis.arrivals.analyze_arrivals``: each rank's arrival fields and the job's."""
+
+    rows: dict[int, RankArrival]
+    job: ArrivalJob
+
+
+class FailedRank(TypedDict):
+    rank: int
+    status: str | None
+    exit_code: int | None
+
+
+class Distributed(TypedDict, total=False):
+    """``summary["distributed"]`` (runs with rank stores only). The per-step merge writes all
+    but ``mode``/``median_ms_per_step``; a roll-up merge (``mode: "rollup"``) writes
+    ``world_size``, ``ranks_recorded``, ``stragglers``, ``nodes``, ``arrival`` and those two."""
+
+    mode: str
+    world_size: int
+    ranks_recorded: list[int]
+    missing_ranks: list[int]
+    hosts: int | None
+    images_per_s: float | None
+    steps_compared: int
+    comm_frac: float | None
+    comm_ms_per_step: float | None
+    data_wait_frac: float | None
+    stragglers: list[int]
+    verdict: str | None
+    verdict_text: str
+    comm_s_includes: str
+    arrival: ArrivalJob | None
+    nodes: list[NodeRow]
+    failed_ranks: list[FailedRank]
+    median_ms_per_step: dict[str, float]
+
+
+class MergedRanks(TypedDict):
+    """What a merge of rank stores adds to the summary."""
+
+    ranks: list[RankRow]
+    distributed: Distributed
+
+
+class _SummaryCore(TypedDict):
+    schema_version: int
+    run: RunHeader
+    phases: list[PhaseRow]
+    by_phase: dict[str, PhaseAgg]  # "train", "val": the kinds the run had
+    epochs: list[EpochRow]
+    memory: MemorySection
+    host_memory: MemorySection | None  # the CPU ledger beside a GPU one
+    checkpoints: CheckpointsSection
+    dataset: DatasetFacts
+    model: ModelFacts
+    loader: LoaderFacts
+    host: HostFacts
+    system: SystemSection
+    ranks: list[RankRow]
+    monitor_overhead_frac: float | None
+    notes: list[str]
+    findings: list[Finding]
+
+
+class Summary(_SummaryCore, total=False):
+    """``summary.json`` (DESIGN.md, schema_version 1); ``distributed`` for runs with rank
+    stores."""
+
+    distributed: Distributed
+
+
+__all__ = ["ArrivalAnalysis", "ArrivalJob", "CapacityRow", "CheckpointsSection", "DatasetFacts", "Distributed",
+           "EpochRow", "FailedRank", "HostFacts", "LateStretch", "LoaderFacts", "LoaderRow",
+           "LoaderStages", "MemorySection", "MergedRanks", "ModelFacts", "NodeRow", "PhaseAgg",
+           "PhaseRow", "PoolInfo", "PredictionRow", "RankArrival", "RankRow", "RunHeader",
+           "StepSplitFields", "Summary", "SystemSection"]
