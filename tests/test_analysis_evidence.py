@@ -171,3 +171,10 @@ def test_steps_per_execution_needs_timed_keras_callbacks() -> None:
     s3 = _summary(loader={"framework": "keras", "callbacks_timed": True},
                   by_phase={"train": low})
     assert "steps_per_execution" not in str(build_findings(s3))
+
+
+def test_tf_distribute_sentence_needs_the_recorded_strategy() -> None:
+    s = _summary(loader={"framework": "keras", "distribute_strategy": "MirroredStrategy",
+                         "distribute_replicas": 2})
+    assert "under tf.distribute MirroredStrategy with 2 replicas in sync" in _text(headline, s)
+    assert "tf.distribute" not in _text(headline, _without(s, "loader.distribute_strategy"))

@@ -187,7 +187,14 @@ def test_tf_keras_generator_compute_bound(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_keras3_tensorflow_memory_ledger_names_the_runtime(tmp_path: Path) -> None:
-    s = _run(tmp_path, "tensorflow", "arrays", "0", "dense", "--steps", "8", "--epochs", "1")
+    """Also: a model built under tf.distribute.MirroredStrategy (one CPU device) is marked as
+    such in the summary, the explanation and the report's header."""
+    s = _run(tmp_path, "tensorflow", "arrays", "0", "dense", "--steps", "8", "--epochs", "1",
+             "--mirrored")
+    assert s["loader"]["distribute_strategy"] == "MirroredStrategy"
+    assert s["loader"]["distribute_replicas"] == 1
+    assert "under tf.distribute MirroredStrategy with 1 replica in sync" in s["_printed"]
+    assert "tf.distribute MirroredStrategy, 1 replica ·" in s["_printed"]  # the HTML header
     items = {i["item"] for i in s["memory"]["ledger"]}
     assert {"framework/runtime baseline", "weights", "optimizer state"} <= items
     assert s["memory"]["unattributed_frac"] is not None

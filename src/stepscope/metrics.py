@@ -161,6 +161,8 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "loop.framework": "the framework whose loop watch followed",
     "loop.keras_backend": "Keras's backend (tensorflow, jax, torch)",
     "loop.keras_callbacks_timed": "watch timed the user's Keras batch callbacks (other_s)",
+    "loop.distribute_strategy": "the tf.distribute strategy a Keras model ran under (class)",
+    "loop.distribute_replicas": "replicas in sync of that strategy",
     "featcache.used": "phases served from the trainer's feature cache",
     "monitor.cpu_s": "CPU seconds of stepscope's own sampler and writer threads",
     "watch.no_preallocate": "watch set the TF/JAX memory-growth variables for the child",

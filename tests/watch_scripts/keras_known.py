@@ -1,7 +1,7 @@
 """A Keras script with a planted cost, written the way the Keras docs write it.
 
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
-        [--steps S] [--epochs E] [--val S] [--callback-ms MS]
+        [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -9,6 +9,8 @@ arrays. LOAD_MS: CPU burnt per batch by the loader (a busy loop, like decoding a
 MODEL: dense (tiny, ~1 ms a step) | conv (convolutions on 32x32 images, tens of ms a step).
 --callback-ms: a user callback sleeping MS in ``on_train_batch_end`` (per-batch logging to a slow
 sink), not async-safe, so Keras runs it on the loop's thread between steps.
+--spe: ``model.compile(steps_per_execution=N)`` (the fix stepscope advises for slow callbacks).
+--mirrored: model built and compiled under ``tf.distribute.MirroredStrategy(["/cpu:0"])``.
 The first line printed is the truth the test asserts against: ``TRUTH load_ms=... model=...``.
 """
 
@@ -32,6 +34,8 @@ p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--val", type=int, default=0)
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--callback-ms", type=float, default=0.0)
+p.add_argument("--spe", type=int, default=1)
+p.add_argument("--mirrored", action="store_true")
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -118,17 +122,29 @@ def source(n: int):  # type: ignore[no-untyped-def]
     return np.concatenate(xs), np.concatenate(ys)
 
 
-if args.model == "conv":
-    layers = [keras.Input(shape=SHAPE),
-              keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-              keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-              keras.layers.GlobalAveragePooling2D(),
-              keras.layers.Dense(1, activation="sigmoid")]
+def build():  # type: ignore[no-untyped-def]
+    if args.model == "conv":
+        layers = [keras.Input(shape=SHAPE),
+                  keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+                  keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+                  keras.layers.GlobalAveragePooling2D(),
+                  keras.layers.Dense(1, activation="sigmoid")]
+    else:
+        layers = [keras.Input(shape=SHAPE), keras.layers.Dense(16, activation="relu"),
+                  keras.layers.Dense(1, activation="sigmoid")]
+    model = keras.Sequential(layers)
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"],
+                  steps_per_execution=args.spe)
+    return model
+
+
+if args.mirrored:
+    import tensorflow as tf
+
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        model = build()
 else:
-    layers = [keras.Input(shape=SHAPE), keras.layers.Dense(16, activation="relu"),
-              keras.layers.Dense(1, activation="sigmoid")]
-model = keras.Sequential(layers)
-model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+    model = build()
 
 train = source(args.steps)
 kw: dict = {"epochs": args.epochs, "verbose": 2}

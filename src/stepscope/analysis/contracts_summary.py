@@ -271,6 +271,7 @@ LoaderFacts = TypedDict("LoaderFacts", {
     "kind": str | None, "class": str | None, "workers": int | None,
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
     "cache": bool | None, "augments": bool | None,
+    "distribute_strategy": str | None, "distribute_replicas": int | None,
 })
 LoaderFacts.__doc__ = "``summary[\"loader\"]``: what ran the loop and fed it (watch's facts)."
 

@@ -65,6 +65,8 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
     # batch callbacks, and they took a material share of the training step.
     "keras_callback_overhead": (Need("loader.callbacks_timed", equals=True),
                                 Need("by_phase.train.other_frac", 0.1)),
+    # "ran under tf.distribute MirroredStrategy": watch read the Keras model's strategy.
+    "tf_distribute": (Need("loader.distribute_strategy"),),
 }
 
 

@@ -101,9 +101,20 @@ def headline(s: Summary) -> tuple[str, str] | None:
         text = (f"{kind} was overhead-bound: {fmt_pct(agg['other_frac'])} of every step was loop "
                 "overhead outside data, copy and compute (logging, metrics, syncs).")
     text += " " + _split_words(agg)
+    text += claim(s, "tf_distribute", _strategy_words(s))
     if agg.get("verdict_weak") and agg.get("verdict_note"):
         text += f" This verdict is weak: {agg['verdict_note']}."
     return f"{kind} was {v}", text
+
+
+def _strategy_words(s: Summary) -> str:
+    loader = s.get("loader") or {}
+    replicas = loader.get("distribute_replicas")
+    count = "" if replicas is None else \
+        f" with {replicas} replica{'s' if replicas != 1 else ''} in sync"
+    return (f" The model ran under tf.distribute {loader.get('distribute_strategy')}{count} "
+            "(watch: model.distribute_strategy); its input was a distributed dataset, whose "
+            "data wait is not measured (recorded as 0).")
 
 
 def _system_only(s: Summary) -> str:

@@ -253,6 +253,8 @@ def _loader_section(facts: dict[str, Fact]) -> LoaderFacts:
     return {"framework": _fact(facts, "loop.framework"),
             "keras_backend": _fact(facts, "loop.keras_backend"),
             "callbacks_timed": _fact(facts, "loop.keras_callbacks_timed"),
+            "distribute_strategy": _fact(facts, "loop.distribute_strategy"),
+            "distribute_replicas": _fact(facts, "loop.distribute_replicas"),
             "kind": _fact(facts, "loader.kind"), "class": _fact(facts, "loader.class"),
             "workers": _fact(facts, "loader.workers"),
             "multiprocessing": _fact(facts, "loader.multiprocessing"),

@@ -423,9 +423,16 @@ def _header(summary: Summary, tl: Timeline | None, nav_links: Sequence[tuple[str
     card_html = "".join(f'<div class="card"><b>{esc(v)}</b><span>{esc(k)}</span></div>'
                         for v, k in cards)
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in nav_links)
+    loader = summary.get("loader") or {}
+    strategy = ""
+    if loader.get("distribute_strategy"):  # watch read the Keras model's tf.distribute strategy
+        replicas = loader.get("distribute_replicas")
+        strategy = (f" · tf.distribute {loader['distribute_strategy']}"
+                    + ("" if replicas is None else
+                       f", {replicas} replica{'' if replicas == 1 else 's'}"))
     return (f"<h1>Run {esc(run.get('name') or (tl.run_name if tl else '?'))}</h1>"
             f"<p class=\"sub\">{esc(run.get('status') or '?')} · device "
-            f"{esc(run.get('device') or '?')} · started {esc(_when(started))} · command "
+            f"{esc(run.get('device') or '?')}{esc(strategy)} · started {esc(_when(started))} · command "
             f"<code>{esc(run.get('command') or '')}</code></p>"
             f"<nav>{nav}</nav><div class=\"cards\">{card_html}</div>")
 

@@ -345,6 +345,8 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
                          "watch: the user's on_train_batch_begin/_end callbacks timed on the "
                          "loop's thread (the steps' other_s)")
             args, kwargs = bound.args[1:], bound.kwargs
+            if rec.once("keras-strategy"):
+                _strategy_facts(self, rec)
         except Exception as exc:
             rec.note("watch", f"Keras {name}() not instrumented: {type(exc).__name__}: {exc}")
         _mark_rss(rec, "fit")
@@ -359,6 +361,21 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
     wrapper.__doc__ = orig.__doc__
     wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper
+
+
+def _strategy_facts(model: Any, rec: Recorder) -> None:
+    """The ``tf.distribute`` strategy the model runs under, when it is not the default one
+    (TensorFlow backends only: Keras 3 on JAX or torch has no ``distribute_strategy``). Under
+    a strategy the input is a distributed dataset, whose data wait is not measured."""
+    strategy = getattr(model, "distribute_strategy", None)
+    name = type(strategy).__name__
+    if strategy is None or name.startswith("_Default"):
+        return
+    how = "watch: the Keras model's distribute_strategy at fit/evaluate/predict"
+    rec.fact("loop.distribute_strategy", name, how)
+    replicas = getattr(strategy, "num_replicas_in_sync", None)
+    if isinstance(replicas, int):
+        rec.fact("loop.distribute_replicas", replicas, how + " (num_replicas_in_sync)")
 
 
 _BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end")
