@@ -278,16 +278,35 @@ def workers_target(cap: Capacity, lf: LoaderFigures) -> int | None:
     return target
 
 
-def predict_persistent(phase: dict[str, Any], lf: LoaderFigures) -> Prediction | None:
-    """Keeping the worker pool across phases saves each phase's start-up beyond a normal wait."""
+def predict_persistent(phase: dict[str, Any], lf: LoaderFigures,
+                       cap: Capacity | None = None) -> Prediction | None:
+    """Keeping the worker pool across phases saves each phase's start-up beyond a normal wait,
+    and the rest of the phase then runs at the warm pool's capacity.
+
+    Freshly started workers are slow for longer than their first batch: each new process
+    (fork) copies the parent's pages as either side writes them, or (spawn, forkserver)
+    imports its modules again and warms its caches, while the training process hands it the
+    work; a loaded host stretches all of it. So today's steady steps of a phase with new
+    workers are no measure of a warm pool: the capacity model is (what the loaders supply per
+    worker × workers against what the model consumes, from the same phase's fetches and
+    steps), and a kept pool runs at that rate from its first step.
+    """
     seconds = phase.get("seconds") or 0.0
     if lf.workers == 0 or lf.persistent or lf.startup_s <= 0 or seconds <= lf.startup_s:
         return None
-    new_s = seconds - lf.startup_s
     images = phase.get("images") or 0
+    after = seconds - lf.startup_s
+    new_s = after
+    basis = f"start-up {lf.startup_s * 1000:.0f} ms of a {seconds:.2f} s phase"
+    warm = None if cap is None else predict_workers(cap, lf, lf.workers)
+    if warm is not None and warm.images_per_s > 0 and images:
+        warm_s = images / warm.images_per_s
+        if warm_s < after:
+            new_s = warm_s
+            basis += (f"; the rest at the warm pool's {warm.images_per_s:.0f} img/s ({warm.basis})"
+                      f" instead of today's {images / after:.0f} img/s from new workers")
     return Prediction("persistent_workers=True", images / new_s if new_s else 0.0,
-                      seconds / new_s,
-                      f"start-up {lf.startup_s * 1000:.0f} ms of a {seconds:.2f} s phase")
+                      seconds / new_s, basis)
 
 
 def predict_without_stage(cap: Capacity, lf: LoaderFigures, stage: str) -> Prediction | None:
@@ -318,7 +337,7 @@ def predictions(lf: LoaderFigures, cap: Capacity, phase: dict[str, Any]) -> list
     if target is not None:
         found.append(predict_workers(cap, lf, target))
     if phase.get("repeat"):
-        found.append(predict_persistent(phase, lf))
+        found.append(predict_persistent(phase, lf, cap))
     for stage in ("transform", "decode", "item", "collate"):
         found.append(predict_without_stage(cap, lf, stage))
     out: list[PredictionRow] = []

@@ -63,12 +63,13 @@ def _ms(s: float, n: float) -> str:
     return f"{s / n * 1000:.1f} ms" if n else "-"
 
 
-def _startup(lf: LoaderFigures, phase: dict[str, object]) -> InputCause | None:
+def _startup(lf: LoaderFigures, cap: Capacity | None, phase: dict[str, object]
+             ) -> InputCause | None:
     if lf.workers == 0 or lf.persistent or lf.wait_s <= 0 or not phase.get("repeat"):
         return None
     if lf.startup_s < STARTUP_DOMINANT_FRAC * lf.wait_s:
         return None
-    pred = predict_persistent(phase, lf)
+    pred = predict_persistent(phase, lf, cap)
     lines = [f"first batch waited {lf.startup_s * 1000:.0f} ms more than a typical one "
              f"({fmt_pct(lf.startup_s / lf.wait_s)} of the phase's data wait): "
              f"{lf.workers} non-persistent workers started again for this phase"]
@@ -186,7 +187,7 @@ def _workers_or_cpu(lf: LoaderFigures, cap: Capacity) -> InputCause:
 def decide_cause_from_stages(ev: InputEvidence, lf: LoaderFigures, cap: Capacity | None,
                              phase: dict[str, object]) -> InputCause | None:
     """The input cause from stage timing; None when the figures cannot decide."""
-    for found in (_startup(lf, phase), _storage(ev, lf), _main_process(lf),
+    for found in (_startup(lf, cap, phase), _storage(ev, lf), _main_process(lf),
                   _idle_workers(lf, cap, phase)):
         if found is not None:
             return found
