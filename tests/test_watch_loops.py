@@ -53,6 +53,37 @@ def test_frozen_batchnorm_is_training(tmp_path: Path) -> None:
     words += " ".join(f["fix"] + f["title"] for f in summary["findings"])
     for claim in ("page cache", "decod", "augmented", "GPU idles", "SciPy"):
         assert claim not in words
+    # The ledger's "saved for backward" is what autograd saved in the first training forward,
+    # as the same saved-tensor hook counts it here for the script's model and batch.
+    ledger = {i["item"]: i["bytes"] for i in summary["memory"]["ledger"]}
+    assert ledger["saved for backward"] == pytest.approx(_saved_for_backward(), rel=0.3)
+    assert "forward transient peak" in ledger
+
+
+def _saved_for_backward() -> int:
+    """Bytes autograd saves in frozen_bn_finetune.py's training forward (batch 8, 32 px)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("frozen_bn", SCRIPTS / "frozen_bn_finetune.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    model = script.make_model()
+    model.train()
+    script.freeze_bn(model)
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = torch.nn.CrossEntropyLoss()(model(torch.randn(8, 3, 32, 32)),
+                                           torch.randint(0, 2, (8,)))
+    loss.backward()
+    return sum(seen.values())
 
 
 @pytest.mark.slow
@@ -141,3 +172,33 @@ def test_torch_compile_warm_up_is_not_steady(tmp_path: Path) -> None:
     assert sum(s.data_wait_s for s in steady) > 0.6 * sum(s.wall_s for s in steady)
     _adds_up(reader)
 
+
+
+def test_saved_for_backward_measures_the_first_training_forward_only() -> None:
+    import torch
+
+    from stepscope.observe.inject import stepscope_watch_torch as hooks
+
+    class Facts:
+        def __init__(self) -> None:
+            self.facts: list[tuple[str, int]] = []
+
+        def fact(self, key: str, value: int, how: str) -> None:
+            self.facts.append((key, value))
+
+    rec = Facts()
+    saved = hooks._SavedForBackward(torch, rec)  # type: ignore[arg-type]
+    layer = torch.nn.Linear(256, 256)
+    saved.batch_arrived()  # a validation batch: no backward follows, nothing is sent
+    with torch.no_grad():
+        layer(torch.randn(64, 256))
+    saved.batch_arrived()  # the first training batch
+    x = torch.randn(64, 256)
+    loss = torch.relu(layer(x)).sum()
+    saved.backward()
+    loss.backward()
+    # Linear saves its input (64 KiB; not its weight: x needs no gradient), relu its output.
+    assert rec.facts == [("mem.activations_peak_bytes", 2 * 64 * 256 * 4)]
+    saved.batch_arrived()  # later steps run without hooks: nothing is packed any more
+    torch.relu(layer(x)).sum().backward()
+    assert saved.hooks is None and not saved.seen and len(rec.facts) == 1

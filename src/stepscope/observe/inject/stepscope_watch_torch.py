@@ -15,7 +15,9 @@ decides steps, phases and epochs from it (see that module for the rules):
 - ``Tensor.to``/``Tensor.cuda`` to a non-CPU device during a step: transfer time.
 - at the first optimizer step, the memory-ledger facts (weights, gradients, optimizer state) and
   the step's peak: host VmHWM (reset through ``/proc/self/clear_refs`` at the first batch's
-  arrival) and, on CUDA, the allocator's peak over the same span.
+  arrival) and, on CUDA, the allocator's peak over the same span; and, once, what autograd
+  saved for backward in the first training forward (saved-tensor hooks from the batch's arrival
+  to its backward, :class:`_SavedForBackward`).
 - CUDA allocator figures once a second at a step boundary, and CUDA timing events, only once the
   program itself has initialised CUDA (reading them never synchronises and never creates a
   context).
@@ -61,7 +63,7 @@ def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
         rec.fact("mem.runtime_baseline_bytes", baseline,
                  "watch: the process's RSS when `import torch` finished (interpreter, torch and "
                  "what the script imported before it)")
-    peak = _StepPeak(torch, rec)
+    peak = _StepPeak(torch, rec, _SavedForBackward(torch, rec))
     _patch_loader(torch, rec, loop, count_images, loop_module.IterState, peak)
     _patch_module_mode(torch, rec)
     _patch_transfers(torch, rec, loop)
@@ -301,6 +303,8 @@ def _hook_body(torch: ModuleType, rec: Recorder, loop: LoopTracker, peak: _StepP
     orig_backward = torch.autograd.backward
 
     def backward(*args: Any, **kwargs: Any) -> Any:
+        if not peak.saved.done and threading.get_ident() == rec.main_thread_id:
+            peak.saved.backward()  # the forward is over: what it saved is counted
         out = orig_backward(*args, **kwargs)
         if _watching(rec) and threading.get_ident() == rec.main_thread_id:
             loop.body("backward", rec.clock())
@@ -308,6 +312,64 @@ def _hook_body(torch: ModuleType, rec: Recorder, loop: LoopTracker, peak: _StepP
 
     backward.__doc__ = orig_backward.__doc__
     torch.autograd.backward = backward
+
+
+class _SavedForBackward:
+    """Bytes autograd saved for backward in the first training forward, as ``stepscope train``
+    counts them (``train/memory.py``): a pack hook (``saved_tensors_hooks``) notes each saved
+    tensor's storage once by its address; unpack hands the tensor back unchanged. The hooks are
+    pushed at a batch's arrival and popped at its backward; a batch that reaches no backward
+    (validation, a probe) is discarded and the next one measured. After the first backward no
+    hook is pushed again, so the steps after it run exactly as without watch.
+    """
+
+    def __init__(self, torch: ModuleType, rec: Recorder) -> None:
+        self.torch, self.rec = torch, rec
+        self.seen: dict[int, int] = {}
+        self.hooks: Any = None
+        self.done = False
+        self.bytes: int | None = None
+
+    def _pack(self, t: Any) -> Any:
+        with contextlib.suppress(Exception):  # a tensor without storage (sparse, nested...)
+            storage = t.untyped_storage()
+            self.seen[int(storage.data_ptr())] = int(storage.nbytes())
+        return t
+
+    def batch_arrived(self) -> None:
+        if self.done:
+            return
+        self._pop()  # the previous batch reached no backward: it was no training step
+        self.seen = {}
+        try:
+            hooks = self.torch.autograd.graph.saved_tensors_hooks(self._pack, _unchanged)
+            hooks.__enter__()
+        except Exception:  # hooks disabled (functorch, FSDP) or another torch: not measured
+            self.done = True
+            return
+        self.hooks = hooks
+
+    def backward(self) -> None:
+        """The first training forward ended (its backward starts now): send what it saved."""
+        if self.done or self.hooks is None:
+            return
+        self._pop()
+        self.done = True
+        self.bytes = sum(self.seen.values())
+        self.seen = {}
+        self.rec.fact("mem.activations_peak_bytes", self.bytes,
+                      "watch: saved for backward: storages autograd saved in the first training "
+                      "forward (saved-tensor hooks from its batch's arrival to its backward)")
+
+    def _pop(self) -> None:
+        hooks, self.hooks = self.hooks, None
+        if hooks is not None:
+            with contextlib.suppress(Exception):
+                hooks.__exit__(None, None, None)
+
+
+def _unchanged(t: Any) -> Any:
+    return t
 
 
 class _StepPeak:
@@ -318,14 +380,15 @@ class _StepPeak:
     is reset at the same moment (only when the program already uses CUDA).
     """
 
-    def __init__(self, torch: ModuleType, rec: Recorder) -> None:
-        self.torch, self.rec = torch, rec
+    def __init__(self, torch: ModuleType, rec: Recorder, saved: _SavedForBackward) -> None:
+        self.torch, self.rec, self.saved = torch, rec, saved
         self.rss_before: int | None = None
         self.cuda_before: int | None = None
         self.done = False
 
     def batch_arrived(self) -> None:
         # Until the first optimizer step every batch may be the first training step's.
+        self.saved.batch_arrived()
         if self.done:
             return
         try:
@@ -342,6 +405,7 @@ class _StepPeak:
     def first_optimizer_step(self, left_bytes: int) -> None:
         """``left_bytes``: gradients + optimizer state, which the step leaves allocated."""
         self.done = True
+        self.saved.backward()  # no torch.autograd.backward seen (torch.autograd.grad): now
         hwm = _status_bytes("VmHWM") if self.rss_before is not None else None
         if hwm is not None and self.rss_before is not None:
             rise = max(hwm - self.rss_before, 0)
@@ -349,9 +413,10 @@ class _StepPeak:
                           "watch: VmHWM during the first training step (reset through "
                           "/proc/self/clear_refs at its batch's arrival) − VmRSS then")
             if not self.torch.cuda.is_initialized():  # on a GPU the activations are not here
-                self.rec.fact("mem.forward_transient_bytes", max(rise - left_bytes, 0),
-                              "watch: first training step's VmHWM rise − gradients − optimizer "
-                              "state (saved-for-backward tensors are not separated under watch)")
+                saved = self.saved.bytes or 0
+                self.rec.fact("mem.forward_transient_bytes", max(rise - left_bytes - saved, 0),
+                              "watch: first training step's VmHWM rise − saved for backward − "
+                              "gradients − optimizer state")
         if self.cuda_before is not None:
             peak = int(self.torch.cuda.max_memory_allocated()) - self.cuda_before
             self.rec.fact("mem.cuda_step_peak_bytes", peak,
