@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from stepscope import policy
 from stepscope.analysis.fmt import fmt_bytes, fmt_pct, fmt_rate
+from stepscope.reports import CeilingRow, DoctorReport, measured_ceilings
 
 Side = Literal["input", "model"]
 
@@ -67,11 +68,11 @@ class Bottleneck:
     expected_images_per_s: float
 
 
-def _rate(ceiling: dict[str, Any] | None) -> float | None:
+def _rate(ceiling: CeilingRow | None) -> float | None:
     return None if not ceiling else float(ceiling["images_per_s"])
 
 
-def bottleneck(report: dict[str, Any]) -> Bottleneck:
+def bottleneck(report: DoctorReport) -> Bottleneck:
     """Which side will wait, from the report's ceilings, device and cores.
 
     Raises:
@@ -127,7 +128,7 @@ def _trunk_words(b: Bottleneck) -> str:
     return text
 
 
-def prediction(report: dict[str, Any]) -> str:
+def prediction(report: DoctorReport) -> str:
     """The one-sentence verdict: will the input pipeline or the model be the bottleneck?
 
     Examples:
@@ -161,7 +162,7 @@ def prediction(report: dict[str, Any]) -> str:
             f"{b.workers} worker{'s' if b.workers > 1 else ''} on {b.cores} core(s).")
 
 
-def cache_prediction(report: dict[str, Any]) -> str | None:
+def cache_prediction(report: DoctorReport) -> str | None:
     """Whether the page cache will hold the dataset, i.e. whether the disk goes quiet after
     epoch 1; None without a storage section.
 
@@ -174,8 +175,8 @@ def cache_prediction(report: dict[str, Any]) -> str | None:
         return None
     mem = report["memory"]
     room = int(mem["available_bytes"])
-    if mem.get("cgroup_limit_bytes"):
-        room = min(room, int(mem["cgroup_limit_bytes"]))
+    if limit := mem.get("cgroup_limit_bytes"):
+        room = min(room, int(limit))
     size = int(storage["dataset_bytes"])
     now = (f"{fmt_pct(storage['resident_frac'])} of it is in the page cache now"
            if storage.get("resident_frac") is not None else "")
@@ -194,15 +195,15 @@ def cache_prediction(report: dict[str, Any]) -> str | None:
             "never goes quiet.")
 
 
-def caveats(report: dict[str, Any]) -> list[str]:
+def caveats(report: DoctorReport) -> list[str]:
     """Short warnings about how far the figures can be trusted on this machine."""
     out: list[str] = []
     cpu = report["cpu"]
     if float(cpu.get("load_avg_1m", 0.0)) > cpu["usable_cores"]:
         out.append(f"the machine was busy (load {cpu['load_avg_1m']:.1f} on "
                    f"{cpu['usable_cores']} cores): figures are lower than on a quiet machine")
-    for key, c in report["ceilings"].items():
-        if c and c["min_images_per_s"] > 0 and c["images_per_s"] / c["min_images_per_s"] > NOISY_SPREAD:
+    for key, c in measured_ceilings(report["ceilings"]):
+        if c["min_images_per_s"] > 0 and c["images_per_s"] / c["min_images_per_s"] > NOISY_SPREAD:
             out.append(f"{key}: batches ranged {fmt_rate(c['min_images_per_s'])}–"
                        f"{fmt_rate(c['max_images_per_s'])} img/s; other work disturbed the timing")
     gpu = report["gpu"]

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from stepscope.analysis.fmt import fmt_pct, fmt_rate, fmt_ratio
 from stepscope.analysis.summary import build_summary
 from stepscope.policy import chunk_rates, steady_steps
+from stepscope.reports import TunedSettings
 from stepscope.store.db import RunReader
 
 # A step that waited for data this share of its time or more was held back by loading.
@@ -35,7 +36,7 @@ class TuneRowLike(Protocol):
     @property
     def label(self) -> str: ...
     @property
-    def changes(self) -> dict[str, Any]: ...
+    def changes(self) -> TunedSettings: ...
     @property
     def images_per_s(self) -> float | None: ...
     @property

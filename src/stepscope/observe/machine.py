@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,6 +29,7 @@ from stepscope.observe.disk import block_device_for
 from stepscope.observe.gpu import Nvml
 from stepscope.observe.host import cpu_quota_cores, parse_meminfo, parse_pressure
 from stepscope.observe.proctree import parse_io
+from stepscope.reports import CapabilityRow
 
 PROC = Path("/proc")
 SYS = Path("/sys")
@@ -376,8 +377,8 @@ class Capability:
     available: bool
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> CapabilityRow:
+        return {"name": self.name, "available": self.available, "reason": self.reason}
 
 
 def check_proc_io(*, proc: Path = PROC) -> Capability:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -11,6 +9,7 @@ from rich.text import Text
 
 from stepscope.analysis.doctor import cache_prediction, caveats, prediction
 from stepscope.analysis.fmt import fmt_bytes, fmt_pct, fmt_rate
+from stepscope.reports import DoctorReport, measured_ceilings
 
 _ISA_NAMES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX512-BF16",
               "amx_tile": "AMX", "amx_bf16": "AMX-BF16"}
@@ -24,7 +23,7 @@ def _section(title: str) -> Table:
     return table
 
 
-def cpu_table(report: dict[str, Any]) -> Table:
+def cpu_table(report: DoctorReport) -> Table:
     """CPU model, usable cores, instruction sets, memory."""
     cpu, mem = report["cpu"], report["memory"]
     t = _section("CPU and memory")
@@ -46,7 +45,7 @@ def cpu_table(report: dict[str, Any]) -> Table:
     return t
 
 
-def gpu_table(report: dict[str, Any]) -> Table:
+def gpu_table(report: DoctorReport) -> Table:
     """Each GPU NVML lists, or why there is none; and whether PyTorch sees one."""
     gpu = report["gpu"]
     t = _section("GPU")
@@ -65,7 +64,7 @@ def gpu_table(report: dict[str, Any]) -> Table:
     return t
 
 
-def storage_table(report: dict[str, Any]) -> Table | None:
+def storage_table(report: DoctorReport) -> Table | None:
     """The dataset's filesystem, disk, size, residency and cold read speed."""
     s = report.get("storage")
     if not s:
@@ -84,7 +83,7 @@ def storage_table(report: dict[str, Any]) -> Table | None:
     return t
 
 
-def capability_table(report: dict[str, Any]) -> Table:
+def capability_table(report: DoctorReport) -> Table:
     """What stepscope can measure here, yes/no with the reason."""
     t = Table(title="What stepscope can measure here", title_justify="left", title_style="bold",
               box=box.SIMPLE, pad_edge=False, show_header=False)
@@ -97,22 +96,21 @@ def capability_table(report: dict[str, Any]) -> Table:
     return t
 
 
-def ceiling_table(report: dict[str, Any]) -> Table:
+def ceiling_table(report: DoctorReport) -> Table:
     """The measured ceilings: median rate, spread, what each includes."""
     t = Table(title="Ceilings (measured)", title_justify="left", title_style="bold",
               box=box.SIMPLE, pad_edge=False)
     for name, justify in (("what", "left"), ("img/s", "right"), ("spread", "right"),
                           ("batches", "right")):
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for c in report["ceilings"].values():
-        if c:
-            t.add_row(c["name"], fmt_rate(c["images_per_s"]),
-                      f"{fmt_rate(c['min_images_per_s'])}–{fmt_rate(c['max_images_per_s'])}",
-                      str(c["batches"]))
+    for _key, c in measured_ceilings(report["ceilings"]):
+        t.add_row(c["name"], fmt_rate(c["images_per_s"]),
+                  f"{fmt_rate(c['min_images_per_s'])}–{fmt_rate(c['max_images_per_s'])}",
+                  str(c["batches"]))
     return t
 
 
-def doctor_view(report: dict[str, Any]) -> RenderableType:
+def doctor_view(report: DoctorReport) -> RenderableType:
     """Everything ``stepscope doctor`` prints, as one renderable.
 
     Examples:

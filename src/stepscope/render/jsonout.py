@@ -15,6 +15,7 @@ from typing import Any
 
 from stepscope.analysis.compare import Comparison
 from stepscope.analysis.contracts_summary import Summary
+from stepscope.reports import DoctorReport, TuneResultDict
 
 EXPLAIN_SCHEMA = ("stepscope.explain", 1)
 COMPARE_SCHEMA = ("stepscope.compare", 1)
@@ -73,7 +74,7 @@ def compare_json(cmp: Comparison, a: Summary, b: Summary) -> dict[str, Any]:
     }
 
 
-def doctor_json(report: dict[str, Any]) -> dict[str, Any]:
+def doctor_json(report: DoctorReport) -> dict[str, Any]:
     """``stepscope doctor --json``: the machine report as measured, plus the two predictions.
 
     The report's own sections (``cpu``, ``memory``, ``gpu``, ``storage``, ``capabilities``,
@@ -83,7 +84,7 @@ def doctor_json(report: dict[str, Any]) -> dict[str, Any]:
     return {**_head(DOCTOR_SCHEMA), **body}
 
 
-def tune_json(result: dict[str, Any], config_path: str | None) -> dict[str, Any]:
+def tune_json(result: TuneResultDict, config_path: str | None) -> dict[str, Any]:
     """``stepscope tune --json``: every measurement, the winner and where it was written."""
     return {
         **_head(TUNE_SCHEMA),

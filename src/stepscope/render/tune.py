@@ -8,7 +8,7 @@ does not import train/.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -17,6 +17,7 @@ from rich.text import Text
 
 from stepscope.analysis.fmt import MISSING, fmt_pct, fmt_rate, fmt_ratio
 from stepscope.analysis.tune import TuneRowLike
+from stepscope.reports import TunedSettings
 
 _SECTIONS = {
     "compute": "compute ceiling (trunk only, batch in memory)",
@@ -45,7 +46,7 @@ class TuneResultView(Protocol):
     @property
     def rows(self) -> Sequence[TuneRowView]: ...
     @property
-    def winner(self) -> dict[str, Any]: ...
+    def winner(self) -> TunedSettings: ...
     @property
     def reason(self) -> str: ...
     @property

@@ -14,13 +14,23 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import torch
 
 from stepscope.errors import DataError
 from stepscope.observe import machine
 from stepscope.observe.pagecache import DatasetResidency
+from stepscope.reports import (
+    CeilingRow,
+    Ceilings,
+    CpuReport,
+    DoctorReport,
+    GpuReport,
+    MemoryReport,
+    ReadSpeedRow,
+    StorageReport,
+)
 from stepscope.train import ceilings, precision
 from stepscope.train.augment import Backend
 from stepscope.train.data import IMAGE_SUFFIXES
@@ -46,7 +56,7 @@ def run_doctor(
     augment: str = "seed",
     aug_backend: Backend = "fused",
     threads: int | None = None,
-) -> dict[str, Any]:
+) -> DoctorReport:
     """Probe the machine and measure the two ceilings; returns the doctor's JSON report.
 
     Args:
@@ -85,11 +95,18 @@ def run_doctor(
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     train_threads = threads or cpu.usable_cores
     bf16_pays = precision.bf16_pays(device)
-    report: dict[str, Any] = {
+    ceilings_found = measure_ceilings(
+        files, model=model, img_size=img_size, batch_size=batch_size, budget_s=budget_s,
+        device=device, threads=train_threads, bf16=bf16_pays, augment=augment,
+        aug_backend=aug_backend, say=say,
+    )
+    # The sections are the observe/machine.py dataclasses as dicts, field for field (reports.py;
+    # tests/test_contracts.py checks the two agree).
+    return {
         "schema_version": SCHEMA_VERSION,
-        "cpu": {**asdict(cpu), "bf16_native": precision.cpu_has_bf16()},
-        "memory": asdict(mem),
-        "gpu": {**asdict(gpu), **torch_cuda_facts()},
+        "cpu": cast("CpuReport", {**asdict(cpu), "bf16_native": precision.cpu_has_bf16()}),
+        "memory": cast("MemoryReport", asdict(mem)),
+        "gpu": cast("GpuReport", {**asdict(gpu), **torch_cuda_facts()}),
         "storage": storage,
         "capabilities": [c.to_dict() for c in caps],
         "training": {
@@ -98,17 +115,12 @@ def run_doctor(
             "augment": augment, "aug_backend": aug_backend, "bf16_pays": bf16_pays,
             "precision": "bf16" if bf16_pays else "fp32", "channels_last": True,
         },
-        "ceilings": measure_ceilings(
-            files, model=model, img_size=img_size, batch_size=batch_size, budget_s=budget_s,
-            device=device, threads=train_threads, bf16=bf16_pays, augment=augment,
-            aug_backend=aug_backend, say=say,
-        ),
+        "ceilings": ceilings_found,
+        "elapsed_s": time.perf_counter() - t_start,
     }
-    report["elapsed_s"] = time.perf_counter() - t_start
-    return report
 
 
-def torch_cuda_facts() -> dict[str, Any]:
+def torch_cuda_facts() -> dict[str, bool | int | str | None]:
     """Whether PyTorch itself sees a GPU (it may not, though NVML does: a CPU-only wheel)."""
     available = torch.cuda.is_available()
     return {
@@ -138,7 +150,7 @@ def list_images(folder: Path) -> list[Path]:
     return sorted(found)
 
 
-def storage_report(data: Path, files: list[Path], *, seconds: float) -> dict[str, Any]:
+def storage_report(data: Path, files: list[Path], *, seconds: float) -> StorageReport:
     """The filesystem and disk holding ``data``, the dataset's size and cache residency, and a
     cold read of sample files (which evicts them: the next read comes from the disk)."""
     sizes = [_size(p) for p in files]
@@ -146,14 +158,16 @@ def storage_report(data: Path, files: list[Path], *, seconds: float) -> dict[str
     residency = DatasetResidency(files)
     resident_frac = residency.resident_frac()
     speed = machine.read_speed(files, seconds=seconds)
+    mount = machine.mount_facts(data)
     return {
         "path": str(data.resolve()),
-        **asdict(machine.mount_facts(data)),
+        "fstype": mount.fstype, "mount_point": mount.mount_point, "source": mount.source,
+        "block_device": mount.block_device, "rotational": mount.rotational,
         "files": len(files),
         "dataset_bytes": sum(sizes),
         "resident_frac": resident_frac,
         "resident_sampled_files": len(residency.sample_files),
-        "read": None if speed is None else asdict(speed),
+        "read": None if speed is None else cast("ReadSpeedRow", asdict(speed)),
     }
 
 
@@ -161,31 +175,31 @@ def measure_ceilings(
     files: list[Path], *, model: str, img_size: int, batch_size: int, budget_s: float,
     device: torch.device, threads: int, bf16: bool, augment: str, aug_backend: Backend,
     say: Callable[[str], None],
-) -> dict[str, Any]:
+) -> Ceilings:
     """Decode (plain and with ``augment``) and forward (fp32, and bf16 where it pays)."""
-    out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="stepscope-doctor-") as tmp:
         sample = _decode_sample(files, Path(tmp), say)
         say(f"timing JPEG decode on one core ({len(sample)} files)")
         share = budget_s * _BUDGET_SHARES["decode"]
-        out["decode"] = ceilings.decode_ceiling(
+        decode = ceilings.decode_ceiling(
             sample, seconds=share, img_size=img_size, augment=None, backend=aug_backend,
             batch_size=batch_size).to_dict()
-        out["decode_augment"] = None
+        decode_augment = None
         if augment != "none":
             say(f"timing decode + {augment} augmentation on one core")
-            out["decode_augment"] = ceilings.decode_ceiling(
+            decode_augment = ceilings.decode_ceiling(
                 sample, seconds=budget_s * _BUDGET_SHARES["decode_augment"], img_size=img_size,
                 augment=augment, backend=aug_backend, batch_size=batch_size).to_dict()
     net = create_model(model, weights="none")
     forward_s = budget_s * _BUDGET_SHARES["forward"] / (2 if bf16 else 1)
+    forward: dict[str, CeilingRow] = {}
     for prec in ("fp32", "bf16") if bf16 else ("fp32",):
         say(f"timing the {model} trunk's forward pass, {prec}, on {device.type}")
-        out[f"forward_{prec}"] = ceilings.forward_ceiling(
+        forward[prec] = ceilings.forward_ceiling(
             net, img_size=img_size, batch_size=batch_size, device=device, precision=prec,
             channels_last=True, seconds=forward_s, threads=threads).to_dict()
-    out.setdefault("forward_bf16", None)
-    return out
+    return {"decode": decode, "decode_augment": decode_augment,
+            "forward_fp32": forward["fp32"], "forward_bf16": forward.get("bf16")}
 
 
 def _decode_sample(files: list[Path], tmp: Path, say: Callable[[str], None]) -> list[Path]:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import cv2
 import torch
@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 from stepscope import policy
 from stepscope.errors import DataError
 from stepscope.observe.monitor import DEFAULT_WARMUP_STEPS
+from stepscope.reports import TunedSettings, TuneResultDict
 from stepscope.train import augment, ceilings, data, precision, setup
 from stepscope.train import tune_plan as tp
 from stepscope.train.config import TrainConfig, save_config
@@ -83,7 +84,7 @@ class TuneRow:
 
     kind: str
     label: str
-    changes: dict[str, Any]
+    changes: TunedSettings
     images_per_s: float | None = None
     min_images_per_s: float | None = None
     max_images_per_s: float | None = None
@@ -115,7 +116,7 @@ class TuneResult:
     """
 
     rows: list[TuneRow]
-    winner: dict[str, Any]
+    winner: TunedSettings
     reason: str
     notes: list[str] = field(default_factory=list)
     budget_s: float = 0.0
@@ -123,15 +124,15 @@ class TuneResult:
     device: str = "cpu"
     baseline_workers_curve: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> TuneResultDict:
+        return cast("TuneResultDict", dataclasses.asdict(self))  # fields one for one (reports.py)
 
     def decide(self, best: TuneRow | None, reason: str, notes: Sequence[str] = ()) -> None:
         """Take analysis's decision (``analysis.tune.choose_winner``): mark the winning row and
         make its settings the winner; without one the user's own settings stay."""
         if best is not None:
             best.winner = True
-            self.winner = dict(best.changes)
+            self.winner = best.changes.copy()
         self.reason = reason
         self.notes.extend(notes)
 
@@ -152,7 +153,7 @@ class Candidate:
     precision: str  # "fp32" | "bf16": resolved, never "auto"
     channels_last: bool
 
-    def changes(self) -> dict[str, Any]:
+    def changes(self) -> TunedSettings:
         """The candidate as TrainConfig keys (``workers`` is a string there, as on the CLI)."""
         return {"workers": str(self.workers), "prefetch": self.prefetch,
                 "aug_backend": self.aug_backend, "precision": self.precision,
@@ -565,8 +566,7 @@ def write_tuned_config(result: TuneResult, base_cfg: TrainConfig, path: Path) ->
     Examples:
         >>> write_tuned_config(result, cfg, Path("tuned.yaml"))  # doctest: +SKIP
     """
-    merged = dataclasses.replace(base_cfg, **{k: v for k, v in result.winner.items()
-                                              if k in TUNED_KEYS}, resume=None)
+    merged = dataclasses.replace(base_cfg, **result.winner, resume=None)
     header = f"# written by stepscope tune ({result.elapsed_s:.0f} s on {result.device}): "
     save_config(merged, Path(path), header=header + " ".join(result.reason.split()) + "\n")
     return merged
