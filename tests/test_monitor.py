@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from stepscope import Monitor
+from stepscope.observe.monitor import CLOCK_EVERY, CLOCK_MIN_S
 from stepscope.store.db import RunReader
 
 
@@ -81,3 +82,51 @@ def test_live_stats(tmp_path: Path) -> None:
         live = mon.live()
     assert live.images_per_s and live.images_per_s > 0
     assert live.data_wait_frac is not None and 0 <= live.data_wait_frac <= 1
+
+
+def _spin_cpu(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def _inline_wait_fact(tmp_path: Path, items: list[float], load: str) -> dict:
+    def batches():  # inline loading (workers=0): the loop's own thread loads each item
+        for s in items:
+            if load == "cpu":
+                _spin_cpu(s)
+            elif load == "sleep":
+                time.sleep(s)
+            yield s
+
+    with Monitor(tmp_path, sample=False) as mon:
+        for _ in mon.loader(batches(), phase="train", epoch=1, workers=0):
+            pass
+    return RunReader(tmp_path).facts()["stages.phase.0"].value
+
+
+def test_inline_wait_cpu_is_the_loading_threads_cpu(tmp_path: Path) -> None:
+    # Planted in CPU time (spin on the thread's own clock) and in sleeps: exact at any load.
+    cpu = _inline_wait_fact(tmp_path / "cpu", [0.004] * 30, "cpu")
+    assert cpu["waits"] == 30 and cpu["wait_cpu_clocked_s"] >= 0.9 * cpu["wait_s"]
+    assert cpu["wait_cpu_s"] >= 0.9 * 30 * 0.004
+    slept = _inline_wait_fact(tmp_path / "sleep", [0.004] * 30, "sleep")
+    assert slept["wait_cpu_s"] <= 0.3 * slept["wait_s"]
+
+
+def test_microsecond_waits_are_clocked_one_in_many(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Batches that come in microseconds: the thread's CPU clock (a system call) is read around
+    # a wait after a long one and around one wait in CLOCK_EVERY; the short ones left unread
+    # count as CPU. Every step is still recorded.
+    reads = []
+    real = time.thread_time
+    monkeypatch.setattr(time, "thread_time", lambda: reads.append(1) or real())
+    fact = _inline_wait_fact(tmp_path, [0.0] * 5000, "none")
+    monkeypatch.undo()
+    steps = RunReader(tmp_path).steps()
+    assert fact["waits"] == len(steps) == 5000
+    long_waits = sum(s.data_wait_s >= CLOCK_MIN_S for s in steps)  # preempted, under load
+    assert len(reads) <= 2 * (5000 // CLOCK_EVERY + long_waits + 2)
+    short_s = sum(s.data_wait_s for s in steps if s.data_wait_s < CLOCK_MIN_S)
+    assert 0.5 * short_s <= fact["wait_cpu_s"] <= fact["wait_s"]

@@ -21,6 +21,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import shutil
 import sys
@@ -29,19 +30,26 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from stepscope.observe import stages
+from stepscope.observe.inject.stepscope_watch_stages import NOT_READY_S
 from stepscope.observe.sampling import phase_io_totals, phase_resident_frac
-from stepscope.observe.steps import GpuEvent, OpenStep, StepTimer
+from stepscope.observe.steps import GpuEvent, StepTimer
 from stepscope.store.db import RunWriter
 from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
 from stepscope.store.rundir import DB_NAME, RunDir
 
 T = TypeVar("T")
+
+# Steps travel as rows (tuples in StepRecord field order): building a dataclass per step cost
+# about a microsecond on every instrumented loop.
+_STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
+_STEP_ROW = operator.attrgetter(*_STEP_FIELDS)
+_WALL, _WAIT, _IMAGES = (_STEP_FIELDS.index(n) for n in ("wall_s", "data_wait_s", "images"))
 
 # The first steps of the run's first train and first val phase pay one-off costs (kernel and
 # oneDNN primitive creation, allocator growth, cuDNN autotuning); they are kept but marked so
@@ -85,11 +93,11 @@ def _count_images(batch: Any) -> int:
         first = first[0]
     if isinstance(first, dict) and first:
         first = next(iter(first.values()))
+    if isinstance(first, (int, float)):  # a batch of plain numbers: one item (no len())
+        return 1
     shape = getattr(first, "shape", None)
     if shape is not None and len(shape) > 0:
         return int(shape[0])
-    if isinstance(first, (int, float)):  # a batch of plain numbers: one item (no len())
-        return 1
     try:
         return len(first)
     except TypeError:
@@ -156,7 +164,7 @@ class Monitor(AbstractContextManager["Monitor"]):
         )
         self._db_name = db_name
         self._phase_id = 0
-        self._recent: deque[StepRecord] = deque(maxlen=50)
+        self._recent: deque[tuple[Any, ...]] = deque(maxlen=50)  # rows in StepRecord order
         self._lock = threading.Lock()
         self.writer: RunWriter | None = None
         self._tee: _LatestTee | None = None
@@ -174,6 +182,7 @@ class Monitor(AbstractContextManager["Monitor"]):
             return self
         self.writer = RunWriter(self.run_dir, self._info, db_name=self._db_name)
         self._phase_id = self.writer.next_phase_id
+        self.timer.emit_row = self._row_sink(self.writer)
         self._tee = _LatestTee(self.writer)
         self.writer.fact("env.cpu_count", len(os.sched_getaffinity(0)), "os.sched_getaffinity")
         self._start_stage_timing()
@@ -300,36 +309,46 @@ class Monitor(AbstractContextManager["Monitor"]):
         self._warm_phases.add(phase)
         probe = stages.LoaderProbe(self._stages_dir, os.getpid())
         probe.begin()
-        # The loading thread's own CPU during the wait: the loading itself when it runs inline
-        # (workers=0). With workers it is only unpickling, so the two clock reads (a syscall
-        # each) are skipped and the wait counts as idle.
-        thread_time = time.thread_time if not workers else _zero
-        step = 0
+        # The loading thread's CPU during a wait is the loading itself when it runs inline
+        # (workers=0); see _WaitCpu for why only some waits read that clock.
+        inline = not workers
+        waits = _WaitCpu()
+        step = images_total = not_ready = 0
+        wait_s = 0.0
         timer = self.timer
+        clock, thread_time = self._clock, time.thread_time
         try:
-            t0 = self._clock()
-            c0 = thread_time()
-            it = iter(iterable)
-            while True:
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    break
-                t1 = self._clock()
-                probe.waited(t1 - t0, thread_time() - c0)
+            t0 = clock()
+            c0 = thread_time() if inline else -1.0
+            for batch in iterable:
+                t1 = clock()
+                wait = t1 - t0
+                wait_s += wait
+                if wait > NOT_READY_S:
+                    not_ready += 1
+                if c0 >= 0.0:
+                    waits.clocked(wait, thread_time() - c0)
+                elif inline and wait >= CLOCK_MIN_S:
+                    waits.long_s += wait
+                if step == 0:  # the probe reads the loaders' counters after the first batch
+                    probe.waited(wait, 0.0)
                 images = _count_images(batch)
-                timer.current = OpenStep(rec.phase_id, step, t0, t1 - t0, images, step < warm)
-                rec.images += images
+                timer.open(rec.phase_id, step, t0, wait, images, step < warm)
+                images_total += images
                 step += 1
                 yield batch
-                t0 = self._clock()
-                c0 = thread_time()
+                t0 = clock()
+                c0 = thread_time() if inline and (
+                    wait >= CLOCK_MIN_S or step % CLOCK_EVERY == 0) else -1.0
                 timer.end(t0)
         finally:
-            if self.timer.current is not None:  # the loop broke out mid-step
-                self.timer.end(self._clock())
+            if timer.current is not None:  # the loop broke out mid-step
+                timer.end(clock())
             rec.steps = step
+            rec.images = images_total
             self._end_phase(rec)
+            probe.set_waits(step, wait_s, waits.cpu_s(wait_s) if inline else 0.0,
+                            not_ready, waits.clocked_s if inline else None)
             persistent = getattr(iterable, "persistent_workers", None)
             self.fact(f"stages.phase.{rec.phase_id}",
                       probe.end(workers, None if persistent is None else bool(persistent)),
@@ -378,9 +397,19 @@ class Monitor(AbstractContextManager["Monitor"]):
             self.writer.put_phase(rec)
 
     def _emit_step(self, rec: StepRecord) -> None:
-        self._recent.append(rec)
+        row = _STEP_ROW(rec)
+        self._recent.append(row)
         if self.writer is not None:
-            self.writer.add_step(rec)
+            self.writer.add_step_row(row)
+
+    def _row_sink(self, writer: RunWriter) -> Callable[[tuple[Any, ...]], None]:
+        # Bound C methods held in the closure: no attribute lookups per step.
+        keep, put = self._recent.append, writer.add_step_row
+
+        def sink(row: tuple[Any, ...]) -> None:
+            keep(row)
+            put(row)
+        return sink
 
     def fact(self, key: str, value: Any, how_measured: str = "") -> None:
         if self.writer is not None:
@@ -403,10 +432,10 @@ class Monitor(AbstractContextManager["Monitor"]):
         """Figures for a progress line: the last 50 steps and the newest samples."""
         stats = LiveStats()
         recent = list(self._recent)
-        wall = sum(r.wall_s for r in recent)
+        wall = sum(r[_WALL] for r in recent)
         if wall > 0:
-            stats.images_per_s = sum(r.images for r in recent) / wall
-            stats.data_wait_frac = sum(r.data_wait_s for r in recent) / wall
+            stats.images_per_s = sum(r[_IMAGES] for r in recent) / wall
+            stats.data_wait_frac = sum(r[_WAIT] for r in recent) / wall
         latest = self._tee.latest if self._tee is not None else {}
         stats.cpu_util_pct = latest.get(("host", "cpu_util_pct"))
         stats.gpu_util_pct = latest.get(("gpu0", "util_pct"))
@@ -414,8 +443,38 @@ class Monitor(AbstractContextManager["Monitor"]):
         return stats
 
 
-def _zero() -> float:
-    return 0.0
+# The loading thread's CPU clock is read around a wait that follows one of at least this long
+# (a loop whose batches come in microseconds would pay more for the reading than for its
+# loading), and around every CLOCK_EVERY-th wait whatever its length.
+CLOCK_MIN_S = 50e-6
+CLOCK_EVERY = 64
+
+
+class _WaitCpu:
+    """The loading thread's CPU during the phase's data waits, when loading runs inline.
+
+    Reading a thread's CPU clock is a system call (~1 µs: CPU-time clocks have no vDSO fast
+    path), twice a step; a loop whose batches come in microseconds would pay more for the
+    reading than for its loading. So the clock is read around a wait that follows one of at
+    least CLOCK_MIN_S, and around every CLOCK_EVERY-th wait. An unclocked wait under
+    CLOCK_MIN_S counts as CPU (a loader that answers that fast has not slept on storage); a
+    longer one gets the CPU share of the clocked waits. ``clocked_s`` (in the phase's stage
+    fact) says how much of the wait was read rather than estimated.
+    """
+
+    __slots__ = ("clocked_s", "cpu_read_s", "long_s")
+
+    def __init__(self) -> None:
+        self.clocked_s = self.cpu_read_s = self.long_s = 0.0
+
+    def clocked(self, wall_s: float, cpu_s: float) -> None:
+        self.clocked_s += wall_s
+        self.cpu_read_s += cpu_s
+
+    def cpu_s(self, wait_s: float) -> float:
+        share = min(self.cpu_read_s / self.clocked_s, 1.0) if self.clocked_s > 0 else 1.0
+        short_s = max(wait_s - self.clocked_s - self.long_s, 0.0)
+        return self.cpu_read_s + short_s + self.long_s * share
 
 
 def _count(value: Any) -> int | None:

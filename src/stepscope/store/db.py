@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import operator
 import os
@@ -18,6 +19,7 @@ import queue
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -71,8 +73,7 @@ CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value_json TEXT, how_mea
 """ + rollups.ROLLUP_SCHEMA
 
 _PHASE_COLS = ["phase_id", "epoch", "phase", "started", "ended", "steps", "images", "resident_frac_start", "resident_frac_end", "read_bytes_start", "read_bytes_end", "rchar_start", "rchar_end", "workers", "rank"]
-STEP_BATCH = 1024
-STEP_BATCH_S = 0.5
+STEP_DRAIN_S = 0.1
 _STEP_COLS = ["phase_id", "step", "t_start", "wall_s", "data_wait_s", "transfer_s", "compute_s", "other_s", "images", "warmup", "comm_s", "loss"]
 _STEP_ROW = operator.attrgetter(*_STEP_COLS)
 
@@ -121,11 +122,13 @@ class RunWriter:
         self._newest_sample_t = 0.0
         self._last_rollup = time.monotonic()
         self.error: str | None = None  # why recording stopped (a write failed), if it did
-        # Steps are handed to the writer in batches: waking the writer thread once per step
-        # costs more than the step's own timing.
-        self._step_buf: list[StepRecord] = []
-        self._step_buf_t = 0.0
-        self._step_lock = threading.Lock()
+        # Steps reach the writer through a deque: ``append`` and ``popleft`` are atomic under
+        # the interpreter lock, so the producer's side is one C call, no lock and no wake-up
+        # (waking the writer once per step cost more than timing the step). The writer drains
+        # it every STEP_DRAIN_S, so a fast loop queues at most ~0.1 s of rows and a live reader
+        # is at most one commit behind.
+        self._step_rows: deque[tuple[Any, ...]] = deque()
+        self.add_step_row = self._step_rows.append
         con = _connect(self.path)
         try:
             with con:
@@ -152,22 +155,16 @@ class RunWriter:
 
     # -- producers (any thread) -------------------------------------------------------------
     def add_step(self, rec: StepRecord) -> None:
-        with self._step_lock:
-            buf = self._step_buf
-            buf.append(rec)
-            if len(buf) == 1:
-                self._step_buf_t = rec.t_start
-            # A batch leaves at 1,024 steps or once it spans half a second of steps, so a live
-            # reader (`stepscope top`) is at most about a second behind.
-            if len(buf) >= STEP_BATCH or rec.t_start - self._step_buf_t >= STEP_BATCH_S:
-                self._step_buf = []
-                self._queue.put(("steps", buf))
+        self.add_step_rows((_STEP_ROW(rec),))
+
+    def add_step_rows(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Steps as rows in ``StepRecord`` field order (``add_step_row`` takes one, cheapest)."""
+        self._step_rows.extend(rows)
 
     def _hand_over_steps(self) -> None:
-        with self._step_lock:
-            if self._step_buf:
-                buf, self._step_buf = self._step_buf, []
-                self._queue.put(("steps", buf))
+        # A token in the queue, so the steps queued so far go in before the records queued after
+        # them (a phase's end after its last step).
+        self._queue.put(("steps", None))
 
     def add_samples(self, samples: Iterable[Sample]) -> None:
         self._queue.put(("samples", list(samples)))
@@ -217,7 +214,8 @@ class RunWriter:
         self._last_rollup = last_commit
         try:
             while True:
-                timeout = max(0.0, self._commit_every_s - (time.monotonic() - last_commit))
+                timeout = min(STEP_DRAIN_S, max(
+                    0.0, self._commit_every_s - (time.monotonic() - last_commit)))
                 try:
                     kind, payload = self._queue.get(timeout=timeout)
                 except queue.Empty:
@@ -229,6 +227,7 @@ class RunWriter:
                     last_commit = time.monotonic()
                     continue
                 if self.error:  # recording stopped: drain the queue so producers never block
+                    self._step_rows.clear()
                     if kind == "stop":
                         return
                     continue
@@ -237,6 +236,8 @@ class RunWriter:
                     return
                 if kind != "tick":
                     self._guarded(con, functools.partial(self._apply, kind=kind, p=payload))
+                elif self._step_rows:
+                    self._guarded(con, functools.partial(self._apply, kind="steps", p=None))
                 if time.monotonic() - last_commit >= self._commit_every_s:
                     self._guarded(con, self._commit)
                     last_commit = time.monotonic()
@@ -256,6 +257,11 @@ class RunWriter:
             with contextlib.suppress(sqlite3.Error):
                 con.rollback()
 
+    def _take_step_rows(self) -> list[tuple[Any, ...]]:
+        # Only this thread pops, so the length read first is a floor of what is there.
+        pop = self._step_rows.popleft
+        return [pop() for _ in range(len(self._step_rows))]
+
     def _finish(self, con: sqlite3.Connection) -> None:
         self._roll_up(con, final=True)
         self._commit(con)
@@ -272,10 +278,7 @@ class RunWriter:
     def _commit(self, con: sqlite3.Connection) -> None:
         # Steps still in the producer's batch go in too: a slow loop's last step shows within
         # one commit period, not one step later.
-        with self._step_lock:
-            buf, self._step_buf = self._step_buf, []
-        if buf:
-            self._apply(con, "steps", buf)
+        self._apply(con, "steps", None)
         if time.monotonic() - self._last_rollup >= self._rollup_every_s:
             self._roll_up(con, final=False)
         con.execute("UPDATE runs SET heartbeat=? WHERE id=1", (self._clock(),))
@@ -283,11 +286,7 @@ class RunWriter:
 
     def _apply(self, con: sqlite3.Connection, kind: str, p: Any) -> None:
         if kind == "steps":
-            # attrgetter builds each row's tuple in C (bools bind as 0/1).
-            con.executemany(
-                f"INSERT INTO steps VALUES ({','.join('?' * len(_STEP_COLS))})",
-                map(_STEP_ROW, p),
-            )
+            _insert_steps(con, self._take_step_rows())
         elif kind == "samples":
             if p:
                 self._newest_sample_t = max(self._newest_sample_t, max(s.t for s in p))
@@ -324,6 +323,22 @@ class RunWriter:
                 fields["config_json"] = json.dumps(fields.pop("config"), default=str)
             sets = ",".join(f"{k}=?" for k in fields)
             con.execute(f"UPDATE runs SET {sets} WHERE id=1", tuple(fields.values()))
+
+
+_ROWS_PER_INSERT = 128
+_INSERT_ONE = f"INSERT INTO steps VALUES ({','.join('?' * len(_STEP_COLS))})"
+_INSERT_MANY = ("INSERT INTO steps VALUES "
+                + ",".join([f"({','.join('?' * len(_STEP_COLS))})"] * _ROWS_PER_INSERT))
+
+
+def _insert_steps(con: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    # Many rows per statement: executemany binds and steps one row at a time, and at a trivial
+    # loop's rate that per-row round trip was a third of the writer's cost (bools bind as 0/1).
+    full = len(rows) - len(rows) % _ROWS_PER_INSERT
+    for i in range(0, full, _ROWS_PER_INSERT):
+        con.execute(_INSERT_MANY, list(itertools.chain.from_iterable(rows[i:i + _ROWS_PER_INSERT])))
+    if full < len(rows):
+        con.executemany(_INSERT_ONE, rows[full:])
 
 
 def compact_run(run_dir: Path, *, keep_raw_steps: int = 0, db_name: str = DB_NAME) -> None:

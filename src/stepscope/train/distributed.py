@@ -117,6 +117,8 @@ class CommTimer:
             self._step_key, self._covered_until, self._gpu_pair = key, -math.inf, None
             self._step_comm_s, self._step_buckets = 0.0, 0
         if gpu_start is not None:
+            if step.gpu_pairs is None:  # the step's first GPU-timed region
+                step.gpu_pairs = []
             self._gpu_interval(step.gpu_pairs, gpu_start)
         dt = max(0.0, t1 - max(t0, self._covered_until))
         self._covered_until = max(self._covered_until, t1)

@@ -82,6 +82,14 @@ class _Board:
         self.v[PID] = float(self.pid)
         self.local = threading.local()
 
+    def push(self) -> None:
+        """Open a timed region on this thread: its slot collects the time of regions inside it
+        (a stage inside a batch), which the region's own time excludes."""
+        stack = getattr(self.local, "stack", None)
+        if stack is None:
+            stack = self.local.stack = []
+        stack.append(0.0)
+
 
 _board: _Board | None = None
 _board_lock = threading.Lock()
@@ -147,10 +155,7 @@ class Stage:
     def __enter__(self) -> Stage:
         b = self._b = board()
         if b is not None:
-            stack = getattr(b.local, "stack", None)
-            if stack is None:
-                stack = b.local.stack = []
-            stack.append(0.0)
+            b.push()
             self._t0 = time.perf_counter()
         return self
 
@@ -231,10 +236,7 @@ class BatchTimer:
         self._b = b = board()
         if b is not None:
             self._cpu0, self._rq0 = _sched()
-            stack = getattr(b.local, "stack", None)
-            if stack is None:
-                stack = b.local.stack = []
-            stack.append(0.0)
+            b.push()
             self._t0 = time.perf_counter()
         return self
 
@@ -371,6 +373,7 @@ class LoaderProbe:
         self.wait_cpu_s = 0.0
         self.not_ready = 0
         self.first_wait_s: float | None = None
+        self.wait_cpu_clocked_s: float | None = None
 
     def begin(self) -> None:
         self._before = read_boards(self.folder) if self.folder is not None else {}
@@ -387,6 +390,15 @@ class LoaderProbe:
         if wall_s > NOT_READY_S:
             self.not_ready += 1
 
+    def set_waits(self, waits: int, wait_s: float, wait_cpu_s: float, not_ready: int,
+                  clocked_s: float | None) -> None:
+        """The phase's totals, when the loop counted its waits itself (the Monitor: one call per
+        phase instead of one per step); ``clocked_s`` is the wait whose CPU was read, the rest
+        estimated."""
+        self.waits, self.wait_s, self.wait_cpu_s, self.not_ready = waits, wait_s, wait_cpu_s, \
+            not_ready
+        self.wait_cpu_clocked_s = clocked_s
+
     def end(self, workers: int | None, persistent: bool | None) -> dict[str, Any]:
         after = read_boards(self.folder) if self.folder is not None else {}
         out = phase_stages(self._before, after, self.main_pid)
@@ -397,6 +409,7 @@ class LoaderProbe:
         out.update({"loader_workers": workers, "persistent_workers": persistent,
                     "waits": self.waits, "wait_s": self.wait_s, "wait_cpu_s": self.wait_cpu_s,
                     "not_ready_steps": self.not_ready, "first_wait_s": self.first_wait_s,
+                    "wait_cpu_clocked_s": self.wait_cpu_clocked_s,
                     # The loop-side figures hold even when no loader process wrote counters
                     # (workers started with ``spawn`` outside ``watch`` have no hooks).
                     "stages_measured": self.folder is not None})
