@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from stepscope.analysis.fixes import STAGE_WORDS
 from stepscope.analysis.summary import write_summary
 from stepscope.observe.blkio import BlkioThrottle, blkio_available
 from stepscope.observe.disk import block_device_for
@@ -96,11 +97,21 @@ def needs_two_cores() -> None:
 def test_cores_saturated_by_augmentation_is_cpu_and_never_more_workers(
         mode: str, tmp_path: Path) -> None:
     needs_two_cores()
-    s = record("cpu_saturated", mode, tmp_path / "run")
+    # Under watch the workers are started with `spawn` (fresh interpreters, like macOS's
+    # default and Python's coming forkserver one) and spend the 12 ms in PIL's decoder: their
+    # stage counters must come back and name decoding as where an image's time goes. (Each
+    # spawned worker imports torch again, seconds here: one mode pays it; the Monitor wraps
+    # the same DataLoader iterator, tests/test_stages.py checks the wrapping.)
+    spawn = mode == "watch"
+    s = record("cpu_saturated_spawn" if spawn else "cpu_saturated", mode, tmp_path / "run")
     tr = train(s)
     assert tr["verdict"] == "input-bound"
     assert tr["input_cause"] == "cpu", tr["input_evidence"]
     assert "num_workers" not in fix_of(s) and "more workers would not help" in fix_of(s)
+    planted = "decode" if spawn else "item"
+    stages = phase(s, 1)["loader"]["stage_ms_per_image"]
+    assert stages[planted] >= 0.9 * 12, stages  # wall time: at least the CPU planted
+    assert f"{STAGE_WORDS[planted]} costs the most per image" in fix_of(s)
 
 
 @pytest.mark.parametrize("mode", MODES)

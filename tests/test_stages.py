@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pickle
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,3 +88,46 @@ def test_a_forked_child_gets_its_own_board(board_dir: Path) -> None:
     boards = stages.read_boards(board_dir)
     assert boards[pid].stage_calls["decode"] == 1 and boards[pid].stage_calls["read"] == 0
     assert boards[os.getpid()].stage_calls["decode"] == 0
+
+
+_CALLS: list[int] = []
+
+
+def _user_init(worker_id: int) -> None:
+    _CALLS.append(worker_id)
+
+
+class _Ctx:
+    def __init__(self, method: str) -> None:
+        self.method = method
+
+    def get_start_method(self) -> str:
+        return self.method
+
+
+class _Loader:
+    def __init__(self, method: str) -> None:
+        self.multiprocessing_context = _Ctx(method)
+        self.worker_init_fn = _user_init
+
+
+def test_spawned_workers_get_a_picklable_init_that_installs_the_hooks(board_dir: Path) -> None:
+    from stepscope.observe.inject import stepscope_watch_stages as impl
+
+    seen: list[object] = []
+    start = impl._hooking_spawned_workers(lambda it, loader: seen.append(loader.worker_init_fn))
+    for method in ("spawn", "forkserver", "fork"):
+        loader = _Loader(method)
+        start(object(), loader)
+        assert loader.worker_init_fn is _user_init  # the user's loader is left as it was
+    spawn, forkserver, fork = seen
+    assert isinstance(spawn, impl.WorkerHooks) and isinstance(forkserver, impl.WorkerHooks)
+    assert fork is _user_init  # a forked worker inherits the hooks already
+    # What a spawned worker receives: pickled by name, then called with its id.
+    hooks = pickle.loads(pickle.dumps(spawn))
+    finders = list(sys.meta_path)
+    try:
+        hooks(3)
+    finally:
+        sys.meta_path[:] = finders  # it hooks later imports too: not in this test process
+    assert _CALLS[-1] == 3

@@ -10,6 +10,7 @@ sharing the cores stretch it in time but never change how much work it is).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image  # at the top, as a dataset module would: spawned workers import it early
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
@@ -35,6 +37,11 @@ def burn(ms: float) -> None:
 SCENARIOS: dict[str, dict[str, Any]] = {
     # Two workers on a two-core job, each item 12 ms of CPU, the model 25 ms of CPU a batch.
     "cpu_saturated": {"workers": 2, "item_burn_ms": 12, "compute_burn_ms": 25},
+    # The same, the 12 ms spent decoding (PIL), in workers started with `spawn` (fresh
+    # interpreters: the stage hooks must be installed there too); validation inline.
+    # 25 batches: the workers' start-up (each imports torch again) is paid once already.
+    "cpu_saturated_spawn": {"workers": 2, "item_decode_burn_ms": 12, "compute_burn_ms": 25,
+                            "context": "spawn", "val_workers": 0, "batches": 25},
     # One worker, 8 ms of latency an item (a remote read), almost no CPU anywhere.
     "workers_latency": {"workers": 1, "item_sleep_ms": 8, "compute_sleep_ms": 8},
     "workers_latency_fixed": {"workers": 4, "item_sleep_ms": 8, "compute_sleep_ms": 8},
@@ -69,6 +76,23 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "one_core": {"workers": 2, "item_burn_ms": 6, "compute_burn_ms": 10},
 }
 BATCH = 8
+# A 16×16 PNG: items that "decode" open it from a buffer whose first read costs the planted CPU.
+_PNG = io.BytesIO()
+Image.new("RGB", (16, 16), (90, 120, 200)).save(_PNG, format="PNG")
+
+
+class CostlyBuffer(io.BytesIO):
+    """An encoded image whose decoding costs ``ms`` of CPU (paid on the decoder's first read)."""
+
+    def __init__(self, data: bytes, ms: float) -> None:
+        super().__init__(data)
+        self.ms = ms
+
+    def read(self, n: int | None = -1) -> bytes:
+        if self.ms:
+            burn(self.ms)
+            self.ms = 0.0
+        return super().read(n)
 
 
 class Planted(Dataset[tuple[torch.Tensor, int]]):
@@ -102,6 +126,8 @@ def item(i: int, cfg: dict[str, Any]) -> tuple[torch.Tensor, int]:
         time.sleep(cfg["item_sleep_ms"] / 1000.0)
     if cfg.get("item_burn_ms"):
         burn(cfg["item_burn_ms"])
+    if cfg.get("item_decode_burn_ms"):
+        Image.open(CostlyBuffer(_PNG.getvalue(), cfg["item_decode_burn_ms"])).load()
     if cfg.get("slow_item") == i:
         time.sleep(cfg["slow_s"])
     if cfg.get("big"):
@@ -109,39 +135,47 @@ def item(i: int, cfg: dict[str, Any]) -> tuple[torch.Tensor, int]:
     return torch.zeros(3, 16, 16), i % 2
 
 
-def make_collate(cfg: dict[str, Any]) -> Any:
-    def collate(samples: list[Any]) -> Any:
-        if cfg.get("collate_sleep_ms"):
-            time.sleep(cfg["collate_sleep_ms"] / 1000.0)
+# Classes, not closures: a worker started with ``spawn`` receives them pickled.
+class Collate:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+
+    def __call__(self, samples: list[Any]) -> Any:
+        if self.cfg.get("collate_sleep_ms"):
+            time.sleep(self.cfg["collate_sleep_ms"] / 1000.0)
         return torch.utils.data.default_collate(samples)
-    return collate
 
 
-def worker_init(cfg: dict[str, Any]) -> Any:
-    def init(_: int) -> None:
-        time.sleep(cfg.get("init_sleep_s", 0.0))  # start-up: imports, dataset set-up, spawn
-    return init
+class WorkerInit:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+
+    def __call__(self, _: int) -> None:
+        # start-up: imports, dataset set-up, spawn
+        time.sleep(self.cfg.get("init_sleep_s", 0.0))
 
 
 def loader(cfg: dict[str, Any], n: int, sleep_ms: bool = True) -> DataLoader[Any]:
     c = cfg if sleep_ms else {k: v for k, v in cfg.items() if not k.startswith("item_")}
     ds: Any = PlantedStream(n, c) if cfg.get("iterable") else Planted(n, c)
     w = cfg["workers"]
-    return DataLoader(ds, batch_size=BATCH, num_workers=w, collate_fn=make_collate(cfg),
-                      worker_init_fn=worker_init(cfg) if w else None,
-                      persistent_workers=bool(cfg.get("persistent")) and w > 0)
+    return DataLoader(ds, batch_size=BATCH, num_workers=w, collate_fn=Collate(cfg),
+                      worker_init_fn=WorkerInit(cfg) if w else None,
+                      persistent_workers=bool(cfg.get("persistent")) and w > 0,
+                      multiprocessing_context=cfg.get("context") if w else None)
 
 
 def main(name: str, mode: str, out: str, *overrides: str) -> None:
     cfg = dict(SCENARIOS[name])
     for kv in overrides:  # e.g. workers=3 or persistent=1: the fix a finding proposed
         key, value = kv.split("=", 1)
-        cfg[key] = int(value)
+        cfg[key] = int(value) if value.isdigit() else value  # context=spawn
     batches = cfg.get("batches", 40)
     model = nn.Linear(3 * 384 * 384 if cfg.get("big") else 3 * 16 * 16, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     train = loader(cfg, batches * BATCH, sleep_ms=not cfg.get("two"))
-    val = loader(cfg, 8 * BATCH, sleep_ms=False)
+    val = loader({**cfg, "workers": cfg.get("val_workers", cfg["workers"])}, 8 * BATCH,
+                 sleep_ms=False)
     slow = loader({**cfg, "workers": 1}, batches * BATCH) if cfg.get("two") else None
     if mode == "monitor":
         import stepscope

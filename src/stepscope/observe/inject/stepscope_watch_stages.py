@@ -29,8 +29,9 @@ interpreter (as ``stepscope_watch_stages``), and the Monitor uses it as
 
 Hooks
 Installed by the Monitor (for what is imported when it starts) and by ``watch`` (as each
-library is imported, in the training process and in spawned workers). Forked workers inherit
-the patched functions. Each hook costs one ``Stage`` enter/exit (~1 µs, ``bench/stage_hooks.py``)
+library is imported). Forked workers inherit the patched functions; a worker started with
+``spawn``/``forkserver`` is a fresh interpreter, so the hooked DataLoader iterator wraps its
+``worker_init_fn`` (:class:`WorkerHooks`), which installs them there first. Each hook costs one ``Stage`` enter/exit (~1 µs, ``bench/stage_hooks.py``)
 when ``STEPSCOPE_STAGES_DIR`` is set and a dictionary lookup when it is not.
 
 - torch: ``_MapDatasetFetcher.fetch`` / ``_IterableDatasetFetcher.fetch`` (one batch: every
@@ -45,6 +46,7 @@ when ``STEPSCOPE_STAGES_DIR`` is set and a dictionary lookup when it is not.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -462,6 +464,83 @@ def install_torch(torch: ModuleType) -> None:
         cls.fetch = _timed_fetch(cls.fetch)
     pin_mod = torch.utils.data._utils.pin_memory
     pin_mod.pin_memory = timed("pin", pin_mod.pin_memory)
+    it = torch.utils.data.dataloader._MultiProcessingDataLoaderIter
+    if not getattr(it.__init__, "_stepscope_stage", None):
+        it.__init__ = _hooking_spawned_workers(it.__init__)
+
+
+class WorkerHooks:
+    """A DataLoader's ``worker_init_fn`` that first installs the stage hooks in the worker.
+
+    A worker started with ``spawn`` or ``forkserver`` is a fresh interpreter: it imports torch
+    (and the dataset's modules) unpatched, so without this it times nothing. The worker calls
+    its ``worker_init_fn`` after unpickling the dataset (whose imports — PIL, cv2,
+    torchvision — are loaded by then) and before it builds its fetcher, so the hooks are in
+    place for every batch. The counters' folder comes with the environment it inherits.
+    """
+
+    def __init__(self, init_fn: Callable[[int], Any] | None) -> None:
+        self.init_fn = init_fn
+
+    def __call__(self, worker_id: int) -> None:
+        import importlib
+
+        # The libraries imported so far are hooked at once, those the dataset imports later
+        # (inside __getitem__) as they are imported. A hook that fails leaves that library
+        # untimed: a worker has no run to write a note into, and must never fail for us.
+        package = __name__.rpartition(".")[0]
+        try:
+            imports = importlib.import_module(
+                f"{package}.stepscope_watch_imports" if package else "stepscope_watch_imports")
+            imports.PostImportFinder(_hook_table(), lambda name, exc: None).install()
+        except Exception:
+            pass
+        if self.init_fn is not None:
+            self.init_fn(worker_id)
+
+
+def _start_method(loader: Any) -> str | None:
+    ctx = loader.multiprocessing_context
+    if ctx is None:
+        import multiprocessing
+
+        # What the iterator's queues are about to fix anyway (torch.multiprocessing's default).
+        ctx = multiprocessing.get_context()
+    try:
+        return str(ctx.get_start_method())
+    except Exception:  # an odd context object: leave its workers alone
+        return None
+
+
+def _hooking_spawned_workers(orig: Any) -> Any:
+    def __init__(self: Any, loader: Any) -> None:
+        method = _start_method(loader)
+        if _folder is None or method not in ("spawn", "forkserver"):
+            # Forked workers inherit the patched functions and the folder.
+            return orig(self, loader)
+        import sys
+
+        # The worker unpickles WorkerHooks by its module's name. Under ``watch`` that is the
+        # top-level ``stepscope_watch_stages``, whose folder ``sitecustomize`` took off
+        # sys.path again; a spawned process starts with its parent's sys.path, so it is put
+        # back (last, shadowing nothing) only while the workers start.
+        here = os.path.dirname(os.path.abspath(__file__))
+        added = "." not in __name__ and here not in sys.path
+        user_fn = loader.worker_init_fn
+        try:
+            if added:
+                sys.path.append(here)
+            loader.worker_init_fn = WorkerHooks(user_fn)
+            orig(self, loader)
+        finally:
+            loader.worker_init_fn = user_fn
+            if added:
+                with contextlib.suppress(ValueError):
+                    sys.path.remove(here)
+
+    __init__._stepscope_stage = "workers"  # type: ignore[attr-defined]
+    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+    return __init__
 
 
 def _timed_fetch(orig: Any) -> Any:
@@ -523,12 +602,15 @@ def install_torchvision(tv: ModuleType) -> None:
             compose.forward = timed("transform", compose.forward)
 
 
+def _hook_table() -> dict[str, Callable[[Any], None]]:
+    return {"torch": install_torch, "PIL.Image": install_pil, "cv2": install_cv2,
+            "torchvision": install_torchvision}
+
+
 def install_loaded(modules: dict[str, ModuleType]) -> list[str]:
     """Install every hook whose library is already imported; the names of those installed."""
     done: list[str] = []
-    table = (("torch", install_torch), ("PIL.Image", install_pil), ("cv2", install_cv2),
-             ("torchvision", install_torchvision))
-    for name, install in table:
+    for name, install in _hook_table().items():
         mod = modules.get(name)
         if mod is None:
             continue
