@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from stepscope.analysis.contracts_summary import CapacityRow, PredictionRow
 from stepscope.policy import job_cpu_capacity
@@ -108,6 +108,21 @@ def loader_figures(fact: Any) -> LoaderFigures | None:
     )
 
 
+class PhaseFigures(TypedDict, total=False):
+    """What the capacity model reads of a phase. Each caller passes the figures its question
+    needs (the capacities: the split and the CPU; a prediction: seconds, images, repeat)."""
+
+    step_ms_per_image: float | None
+    data_wait_ms_per_image: float | None
+    main_cpu_pct: float | None  # the training process, % of one core
+    tree_cpu_pct: float | None  # the whole process tree, % of one core
+    host_cpu_pct: float | None  # the host, % of all its cores
+    host_cores: int | None
+    seconds: float
+    images: int
+    repeat: bool  # a phase of the same kind ran before (its workers could have been kept)
+
+
 @dataclass
 class Capacity:
     """Capacities (images/s) of one phase and the cores behind them."""
@@ -139,7 +154,7 @@ def job_cores(affinity: float | None, quota: float | None) -> float | None:
     return job_cpu_capacity(affinity, quota)
 
 
-def obtainable_cores(cores: float | None, phase: dict[str, Any]) -> float | None:
+def obtainable_cores(cores: float | None, phase: PhaseFigures) -> float | None:
     """The cores this job could have had: its allowed cores, but on a shared host no more than
     it used plus what the host left idle (other jobs' load is not ours to schedule)."""
     tree, host, n = phase.get("tree_cpu_pct"), phase.get("host_cpu_pct"), phase.get("host_cores")
@@ -149,7 +164,7 @@ def obtainable_cores(cores: float | None, phase: dict[str, Any]) -> float | None
     return max(0.05, min(cores, tree / 100.0 + idle))
 
 
-def _model_cpu(phase: dict[str, Any], lf: LoaderFigures) -> tuple[float | None, float | None]:
+def _model_cpu(phase: PhaseFigures, lf: LoaderFigures) -> tuple[float | None, float | None]:
     """(cores the training process keeps busy outside its data waits, its CPU s per image)."""
     main_pct, seconds = phase.get("main_cpu_pct"), phase.get("seconds") or 0.0
     images = phase.get("images") or 0
@@ -160,7 +175,7 @@ def _model_cpu(phase: dict[str, Any], lf: LoaderFigures) -> tuple[float | None, 
     return main_cpu_s / busy_s, main_cpu_s / images
 
 
-def build_capacity(phase: dict[str, Any], lf: LoaderFigures, cores: float | None,
+def build_capacity(phase: PhaseFigures, lf: LoaderFigures, cores: float | None,
                    cold: bool) -> Capacity | None:
     """The phase's capacities; None without steady steps to measure the model's rate."""
     step_ms, wait_ms = phase.get("step_ms_per_image"), phase.get("data_wait_ms_per_image")
@@ -278,7 +293,7 @@ def workers_target(cap: Capacity, lf: LoaderFigures) -> int | None:
     return target
 
 
-def predict_persistent(phase: dict[str, Any], lf: LoaderFigures,
+def predict_persistent(phase: PhaseFigures, lf: LoaderFigures,
                        cap: Capacity | None = None) -> Prediction | None:
     """Keeping the worker pool across phases saves each phase's start-up beyond a normal wait,
     and the rest of the phase then runs at the warm pool's capacity.
@@ -330,7 +345,7 @@ def predict_without_stage(cap: Capacity, lf: LoaderFigures, stage: str) -> Predi
                       f"{stage} {ms:.1f} ms of {per_loader_ms:.1f} ms per image in a loader")
 
 
-def predictions(lf: LoaderFigures, cap: Capacity, phase: dict[str, Any]) -> list[PredictionRow]:
+def predictions(lf: LoaderFigures, cap: Capacity, phase: PhaseFigures) -> list[PredictionRow]:
     """Every fix the capacities can price for this phase, as plain dicts (summary.json)."""
     found: list[Prediction | None] = []
     target = workers_target(cap, lf)

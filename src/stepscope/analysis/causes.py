@@ -27,6 +27,7 @@ from stepscope.analysis.capacity import (
     CONTENDED_FRAC,
     Capacity,
     LoaderFigures,
+    PhaseFigures,
     predict_persistent,
     predict_workers,
     workers_target,
@@ -63,7 +64,7 @@ def _ms(s: float, n: float) -> str:
     return f"{s / n * 1000:.1f} ms" if n else "-"
 
 
-def _startup(lf: LoaderFigures, cap: Capacity | None, phase: dict[str, object]
+def _startup(lf: LoaderFigures, cap: Capacity | None, phase: PhaseFigures
              ) -> InputCause | None:
     if lf.workers == 0 or lf.persistent or lf.wait_s <= 0 or not phase.get("repeat"):
         return None
@@ -121,7 +122,7 @@ def _main_process(lf: LoaderFigures) -> InputCause | None:
 
 
 def _idle_workers(lf: LoaderFigures, cap: Capacity | None,
-                  phase: dict[str, object]) -> InputCause | None:
+                  phase: PhaseFigures) -> InputCause | None:
     """Workers mostly idle and able to supply far more than the model takes, yet the loop
     waited: the wait is the training process's own (receiving batches, being scheduled)."""
     seconds = phase.get("seconds")
@@ -185,7 +186,7 @@ def _workers_or_cpu(lf: LoaderFigures, cap: Capacity) -> InputCause:
 
 
 def decide_cause_from_stages(ev: InputEvidence, lf: LoaderFigures, cap: Capacity | None,
-                             phase: dict[str, object]) -> InputCause | None:
+                             phase: PhaseFigures) -> InputCause | None:
     """The input cause from stage timing; None when the figures cannot decide."""
     for found in (_startup(lf, cap, phase), _storage(ev, lf), _main_process(lf),
                   _idle_workers(lf, cap, phase)):

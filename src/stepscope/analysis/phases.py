@@ -358,7 +358,9 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
     lf = loader_figures(_with_step_waits(ctx.stages.get(ph.phase_id), totals.raw or []))
     main_cpu = ev.main_cpu_pct
     cap = None if lf is None else build_capacity(
-        {**fields, "main_cpu_pct": main_cpu, "seconds": seconds, "images": images,
+        {"step_ms_per_image": fields["step_ms_per_image"],
+         "data_wait_ms_per_image": fields["data_wait_ms_per_image"],
+         "main_cpu_pct": main_cpu, "seconds": seconds, "images": images,
          "tree_cpu_pct": ctx.cache.mean("tree", "cpu_util_pct", t0, t1),
          "host_cpu_pct": ev.host_cpu_pct, "host_cores": ctx.host_cores},
         lf, ctx.cores, is_cold(ev))
