@@ -16,10 +16,27 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from stepscope.analysis.timeline import StepSpan, Timeline
 from stepscope.atomic import atomic_open
+
+
+class _EventCore(TypedDict):
+    ph: str  # M metadata, X complete, C counter
+    name: str
+    pid: int
+    tid: int
+
+
+class TraceEvent(_EventCore, total=False):
+    """One Chrome Trace Event (the format's own keys; metadata events have no ts)."""
+
+    cat: str
+    ts: float  # microseconds since the run began
+    dur: float
+    args: dict[str, str | int | float | bool]
+
 
 MACHINE_PID = 0
 TID_PHASES, TID_STEPS = 1, 2
@@ -32,7 +49,7 @@ def _us(tl: Timeline, t: float) -> float:
     return round((t - tl.t0) * 1e6, 1)
 
 
-def _meta(pid: int, name: str, tid: int | None = None) -> dict[str, Any]:
+def _meta(pid: int, name: str, tid: int | None = None) -> TraceEvent:
     if tid is None:
         return {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
     return {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
@@ -43,14 +60,14 @@ def _main_pid(tl: Timeline) -> int:
     return main[0] if main else 1
 
 
-def _phase_events(tl: Timeline, pid: int) -> list[dict[str, Any]]:
+def _phase_events(tl: Timeline, pid: int) -> list[TraceEvent]:
     return [{"ph": "X", "name": f"epoch {p.epoch} {p.phase}", "cat": "phase", "pid": pid,
              "tid": TID_PHASES, "ts": _us(tl, p.started), "dur": round((p.ended - p.started) * 1e6, 1),
              "args": {"epoch": p.epoch, "phase": p.phase}} for p in tl.phases]
 
 
-def _span_events(tl: Timeline, span: StepSpan, pid: int, phase_of: dict[int, str]) -> list[
-        dict[str, Any]]:
+def _span_events(tl: Timeline, span: StepSpan, pid: int, phase_of: dict[int, str]
+                 ) -> list[TraceEvent]:
     """A step (or merged steps) and its parts as nested complete events."""
     ts = _us(tl, span.t_start)
     dur = max(0.0, round((span.t_end - span.t_start) * 1e6, 1))
@@ -61,7 +78,7 @@ def _span_events(tl: Timeline, span: StepSpan, pid: int, phase_of: dict[int, str
     total_us = sum(v for _, v in parts) * 1e6
     # Merged spans can have gaps (a checkpoint between steps); parts never outgrow the parent.
     scale = min(1.0, dur / total_us) if total_us > 0 else 0.0
-    out = [{"ph": "X", "name": name, "cat": "step", "pid": pid, "tid": TID_STEPS, "ts": ts,
+    out: list[TraceEvent] = [{"ph": "X", "name": name, "cat": "step", "pid": pid, "tid": TID_STEPS, "ts": ts,
             "dur": dur, "args": {"phase": phase_of.get(span.phase_id, "?"), "steps": span.count,
                                  "images": span.images, "warmup": span.warmup,
                                  **{f"{k.replace(' ', '_')}_s": v for k, v in parts}}}]
@@ -85,9 +102,9 @@ def _counter_pid(source: str, known: set[int]) -> int:
     return MACHINE_PID
 
 
-def _counter_events(tl: Timeline) -> list[dict[str, Any]]:
+def _counter_events(tl: Timeline) -> list[TraceEvent]:
     known = {p.pid for p in tl.processes}
-    out = []
+    out: list[TraceEvent] = []
     for (source, metric), s in sorted(tl.series.items()):
         pid = _counter_pid(source, known)
         name = metric if pid != MACHINE_PID else f"{source} {metric}"
@@ -99,7 +116,7 @@ def _counter_events(tl: Timeline) -> list[dict[str, Any]]:
     return out
 
 
-def trace_events(tl: Timeline) -> list[dict[str, Any]]:
+def trace_events(tl: Timeline) -> list[TraceEvent]:
     """All trace events of a timeline: metadata, phases, steps with parts, counters."""
     pid = _main_pid(tl)
     events = [_meta(MACHINE_PID, "machine (sampled)"),
