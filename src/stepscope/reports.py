@@ -168,6 +168,30 @@ class DoctorReport(_DoctorCore, total=False):
     cache_prediction: str | None
 
 
+class _EpochCore(TypedDict):
+    epoch: int  # from 1, as metrics.csv and Keras print it
+    train_loss: float
+    train_accuracy: float
+    seconds: float
+
+
+class EpochMetrics(_EpochCore, total=False):
+    """One epoch of ``stepscope train``: a row of ``metrics.csv`` and of the progress line, kept
+    in the checkpoints. The validation figures exist for the epochs that validated."""
+
+    val_loss: float
+    val_accuracy: float
+
+
+def epoch_metric(row: EpochMetrics, name: str) -> float | None:
+    """``row``'s ``val_accuracy`` or ``val_loss`` (what ``--monitor`` names); None otherwise."""
+    if name == "val_accuracy":
+        return row.get("val_accuracy")
+    if name == "val_loss":
+        return row.get("val_loss")
+    return None
+
+
 class TunedSettings(TypedDict, total=False):
     """The tuned TrainConfig keys (``train.tune.TUNED_KEYS``). Total=False: a compute or
     loader-only row changes some of them; a full candidate and the winner set all five."""
@@ -212,6 +236,7 @@ class TuneResultDict(TypedDict):
     baseline_workers_curve: dict[str, float]
 
 
-__all__ = ["CapabilityRow", "CeilingRow", "Ceilings", "CpuReport", "DoctorReport",
+__all__ = ["CapabilityRow", "CeilingRow", "Ceilings", "CpuReport", "DoctorReport", "EpochMetrics",
            "GpuDeviceRow", "GpuReport", "MemoryReport", "ReadSpeedRow", "StorageReport",
-           "TrainingPlan", "TuneResultDict", "TuneRowDict", "TunedSettings", "measured_ceilings"]
+           "TrainingPlan", "TuneResultDict", "TuneRowDict", "TunedSettings", "epoch_metric",
+           "measured_ceilings"]

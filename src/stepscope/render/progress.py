@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 from stepscope.analysis.fmt import fmt_bytes_per_s, fmt_img_s, fmt_pct, fmt_pct_value
+from stepscope.reports import EpochMetrics
 
 
 def live_text(live: Any) -> str:
@@ -76,7 +77,7 @@ class TrainProgress:
             self.console.print(f"{self._label} {done} steps  {self._stats(loss, acc, live)}",
                                highlight=False)
 
-    def epoch_end(self, row: dict[str, Any]) -> None:
+    def epoch_end(self, row: EpochMetrics) -> None:
         parts = [f"epoch {row['epoch']}", f"{row['seconds']:.1f}s",
                  f"loss {row['train_loss']:.4f}", f"accuracy {row['train_accuracy']:.4f}"]
         if row.get("val_loss") is not None:

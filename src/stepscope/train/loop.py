@@ -20,6 +20,7 @@ import torch
 from stepscope.atomic import atomic_open
 from stepscope.errors import StepscopeError, disk_error
 from stepscope.observe.monitor import LiveStats, Monitor
+from stepscope.reports import EpochMetrics, epoch_metric
 from stepscope.store.rundir import RunDir
 from stepscope.train import checkpoint, data, featcache, gpuaug, memory, precision, setup
 from stepscope.train.config import TrainConfig, default_run_dir, save_config
@@ -34,7 +35,7 @@ class Progress(Protocol):
     def phase_start(self, epoch: int, epochs: int, phase: str, steps: int) -> None: ...
     def step(self, done: int, loss: float | None, accuracy: float | None, live: LiveStats) -> None: ...
     def phase_end(self) -> None: ...
-    def epoch_end(self, row: dict[str, Any]) -> None: ...
+    def epoch_end(self, row: EpochMetrics) -> None: ...
     def message(self, text: str) -> None: ...
 
 
@@ -42,7 +43,7 @@ class _Quiet:
     def phase_start(self, epoch: int, epochs: int, phase: str, steps: int) -> None: ...
     def step(self, done: int, loss: float | None, accuracy: float | None, live: LiveStats) -> None: ...
     def phase_end(self) -> None: ...
-    def epoch_end(self, row: dict[str, Any]) -> None: ...
+    def epoch_end(self, row: EpochMetrics) -> None: ...
     def message(self, text: str) -> None: ...
 
 
@@ -58,7 +59,7 @@ class PhaseResult:
 @dataclass
 class TrainResult:
     run_dir: Path
-    rows: list[dict[str, Any]]
+    rows: list[EpochMetrics]
     best_metric: float | None
     status: str
     bad_files: list[str]
@@ -162,12 +163,13 @@ def _apply_memory_controls(cfg: TrainConfig, device: torch.device, progress: Pro
         torch.cuda.set_per_process_memory_fraction(cfg.gpu_memory_fraction, device)
 
 
-def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
+def _write_metrics(path: Path, rows: list[EpochMetrics]) -> None:
     with atomic_open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=METRICS_FIELDS)
+        # An epoch without validation leaves its val_ cells empty.
+        w = csv.DictWriter(fh, fieldnames=METRICS_FIELDS, restval="", extrasaction="ignore")
         w.writeheader()
         for row in rows:
-            w.writerow({k: row.get(k, "") for k in METRICS_FIELDS})
+            w.writerow(row)
 
 
 def stop_on_sigterm() -> None:
@@ -273,7 +275,7 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
         save_config(cfg, RunDir(run_dir).config)
     trainable = [p for p in s.model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=cfg.lr)
-    rows: list[dict[str, Any]] = []
+    rows: list[EpochMetrics] = []
     best: float | None = None
     start_epoch = 0
     if resume_state is not None:
@@ -316,17 +318,20 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
                            optimizer=optimizer, progress=progress, probe=probe,
                            max_steps=cfg.max_steps, cache=cache)
             tr.loss, tr.accuracy, tr.images = dist.reduce_means(tr.loss, tr.accuracy, tr.images)
-            row: dict[str, Any] = {"epoch": epoch + 1, "train_loss": tr.loss,
-                                   "train_accuracy": tr.accuracy}
             all_bad.extend(tr.bad_files)
+            val: tuple[float, float] | None = None
             if s.val_loader is not None and (epoch + 1) % cfg.val_every == 0:
                 va = run_phase(mon, s, s.val_loader, phase="val", epoch=epoch, epochs=cfg.epochs,
                                optimizer=None, progress=progress, probe=probe,
                                max_steps=cfg.max_steps, cache=cache)
                 va.loss, va.accuracy, va.images = dist.reduce_means(va.loss, va.accuracy, va.images)
-                row.update(val_loss=va.loss, val_accuracy=va.accuracy)
+                val = (va.loss, va.accuracy)
                 all_bad.extend(va.bad_files)
-            row["seconds"] = time.perf_counter() - t_epoch
+            row: EpochMetrics = {"epoch": epoch + 1, "train_loss": tr.loss,
+                                 "train_accuracy": tr.accuracy,
+                                 "seconds": time.perf_counter() - t_epoch}
+            if val is not None:
+                row["val_loss"], row["val_accuracy"] = val
             rows.append(row)
             if dist.is_primary:
                 with _disk_errors(run_dir, "checkpoints and metrics.csv"):
@@ -357,14 +362,14 @@ def _bad_files_message(bad: list[str]) -> str:
 
 def _save_checkpoints(
     mon: Monitor, s: setup.Setup, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
-    run_dir: Path, epoch: int, rows: list[dict[str, Any]], best: float | None,
+    run_dir: Path, epoch: int, rows: list[EpochMetrics], best: float | None,
 ) -> float | None:
     state = {
         "model": s.model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
         "rows": rows, "best": best, "classes": list(s.split.classes),
         "config": cfg.to_dict(),
     }
-    value = rows[-1].get(cfg.monitor_metric)
+    value = epoch_metric(rows[-1], cfg.monitor_metric)
     rd = RunDir(run_dir)
     if value is not None and _is_better(cfg.monitor_metric, value, best):
         best = value
