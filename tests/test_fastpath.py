@@ -30,7 +30,7 @@ def _val_accuracy(run: Path) -> float:
 def test_bf16_reaches_the_fp32_val_accuracy(synth400: Path, tmp_path: Path) -> None:
     # No augmentation: epoch 2 trains the head on cached features, so each run costs one
     # trunk pass over the data, and the comparison is about the features bf16 computes.
-    flags = {**data_flags(synth400), "img_size": 160, "epochs": 2, "augment": "none",
+    flags = {**data_flags(synth400), "img_size": 96, "epochs": 2, "augment": "none",
              "channels_last": True, "threads": THREADS}
     acc = {p: _val_accuracy(train(resolve_config(
         {**flags, "precision": p, "out": str(tmp_path / p)})).run_dir) for p in ("fp32", "bf16")}
