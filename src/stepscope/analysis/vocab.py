@@ -107,10 +107,15 @@ def keras_cpu_fix(loader: LoaderFacts, phase: str) -> str:
         return ("validation does no augmentation: its CPU cost is decoding and resizing; "
                 "decode once and .cache() the resized validation set (tf.data), or for a frozen "
                 "trunk compute its features once with base.predict and validate the head on them")
-    text = ("the CPU preparing images is the limit: make augmentation cheaper (Keras "
-            "preprocessing layers such as RandomRotation, RandomZoom, RandomFlip run as compiled "
-            "ops in a tf.data map with num_parallel_calls=AUTOTUNE or on the GPU inside the "
-            "model, instead of ImageDataGenerator's SciPy warp per channel, ~130 img/s per core)")
+    layers = ("Keras preprocessing layers such as RandomRotation, RandomZoom, RandomFlip run as "
+              "compiled ops in a tf.data map with num_parallel_calls=AUTOTUNE or on the GPU "
+              "inside the model")
+    if loader.get("kind") == "ImageDataGenerator":
+        text = ("the CPU preparing images is the limit: make augmentation cheaper (" + layers
+                + ", instead of ImageDataGenerator's SciPy warp per channel, ~130 img/s per core)")
+    else:  # the run's own loading code: only the generic remedies apply
+        text = ("the CPU preparing batches is the limit: make each batch cheaper (whole-batch "
+                "NumPy or TensorFlow ops instead of per-item Python; " + layers + ")")
     if loader.get("augments") is False:
         text += ("; nothing is augmented, so for a frozen trunk compute its features once "
                  "with base.predict and train the head on them")
