@@ -1,0 +1,79 @@
+"""Is the ``steps_per_execution`` gain stepscope predicts the gain a rerun gets?
+
+Runs ``tests/watch_scripts/keras_known.py`` (Keras 3 on TensorFlow, a tiny Dense model, instant
+PyDataset batches, a user callback sleeping ``--callback-ms`` in ``on_train_batch_end``: per-batch
+logging to a slow sink) under ``stepscope watch``, reads the advised ``steps_per_execution=N``
+and its predicted gain from the findings, reruns the script with ``steps_per_execution=N`` under
+watch, and compares training throughput (images / second over the epochs after the first, which
+traces the train function). Pairs alternate so machine noise hits both alike. The rerun uses 4×
+as many batches per epoch so an epoch still lasts long enough to time (its per-epoch start-up
+costs weigh more in it: the achieved figure errs low, if anything).
+
+Usage:
+    .venv/bin/python bench/keras_spe_gain.py [--pairs 2] [--steps 192] [--callback-ms 30]
+
+The last line is one JSON object: predicted and achieved (median over pairs) speed-ups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "watch_scripts" / "keras_known.py"
+
+
+def _watch(out: Path, steps: int, callback_ms: float, spe: int) -> dict:
+    cmd = [sys.executable, "-m", "stepscope", "watch", "--out", str(out), "--",
+           sys.executable, str(SCRIPT), "tensorflow", "pydataset", "0", "dense",
+           "--steps", str(steps), "--epochs", "3", "--callback-ms", str(callback_ms),
+           "--spe", str(spe)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900,
+                   env=dict(os.environ))
+    return json.loads((out / "summary.json").read_text())
+
+
+def _rate(summary: dict) -> float:
+    train = [p for p in summary["phases"] if p["phase"] == "train" and p["epoch"] >= 2]
+    return sum(p["images"] for p in train) / sum(p["seconds"] for p in train)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=192)
+    ap.add_argument("--callback-ms", type=float, default=30.0)
+    args = ap.parse_args()
+    predicted: list[float] = []
+    achieved: list[float] = []
+    n = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.pairs):
+            base = _watch(Path(tmp) / f"base{i}", args.steps, args.callback_ms, 1)
+            f = next(f for f in base["findings"] if "steps_per_execution=" in f["fix"])
+            n = int(re.search(r"steps_per_execution=(\d+)", f["fix"]).group(1))  # type: ignore[union-attr]
+            gain = float(re.search(r"~([\d.]+)×", f["expected_gain"]).group(1))  # type: ignore[union-attr]
+            fast = _watch(Path(tmp) / f"spe{i}", 4 * args.steps, args.callback_ms, n)
+            ratio = _rate(fast) / _rate(base)
+            predicted.append(gain)
+            achieved.append(ratio)
+            print(f"pair {i + 1}: baseline {_rate(base):.0f} img/s (callbacks "
+                  f"{base['by_phase']['train']['other_frac']:.0%} of a step), "
+                  f"steps_per_execution={n}: {_rate(fast):.0f} img/s; predicted "
+                  f"{f['expected_gain']!r}, achieved {ratio:.2f}×", flush=True)
+    print(json.dumps({"bench": "keras_spe_gain", "steps_per_execution": n,
+                      "predicted_x": statistics.median(predicted),
+                      "achieved_x": round(statistics.median(achieved), 2),
+                      "achieved_range_x": [round(min(achieved), 2), round(max(achieved), 2)],
+                      "pairs": args.pairs}))
+
+
+if __name__ == "__main__":
+    main()
