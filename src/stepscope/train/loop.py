@@ -110,7 +110,7 @@ def run_phase(
             bad.extend(bad_files)
             if len(y) == 0:  # every image of this batch was unreadable
                 if training and s.ddp is not None:
-                    _null_step(net, optimizer, shape_hint, device)
+                    _null_step(net, optimizer, _null_input(shape_hint, s), device)
                 continue
             if shape_hint is None:
                 shape_hint = x[:1]
@@ -185,6 +185,23 @@ def stop_on_sigterm() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupt)
+
+
+def _null_input(shape_hint: torch.Tensor | None, s: setup.Setup) -> torch.Tensor:
+    """A one-image input for :func:`_null_step`: the last good batch's shape, or before any
+    (the rank's first batch was all unreadable) the shape the loader's transform yields.
+
+    Without either the rank cannot join the all-reduce, and the other ranks would wait in it
+    until the collective timeout (600 s): it stops instead, and the launcher stops them all.
+    """
+    if shape_hint is not None:
+        return shape_hint
+    if s.image_shape is None:
+        raise StepscopeError(
+            "every image of this rank's first batch was unreadable and the input shape is "
+            "unknown, so it cannot join the other ranks' step; stopping the job (see the "
+            "bad-items list; remove or fix those files)")
+    return torch.zeros((1, *s.image_shape), dtype=torch.uint8)
 
 
 def _null_step(net: Any, optimizer: torch.optim.Optimizer | None,

@@ -38,6 +38,9 @@ class Setup:
     device_prefetch: bool = False
     # Under torchrun: the DistributedDataParallel wrapper the train phase calls (distributed.py).
     ddp: torch.nn.Module | None = None
+    # One image as the loader yields it (C, H, W): a DDP rank whose first batch was all
+    # unreadable has no batch to copy the shape from, yet must join the step's all-reduce.
+    image_shape: tuple[int, int, int] | None = None
 
 
 def usable_cores() -> int:
@@ -152,7 +155,8 @@ def build(cfg: TrainConfig) -> Setup:
         model = model.to(memory_format=torch.channels_last)
     model = model.to(device)
     s = Setup(
-        device, split, train_loader, val_loader, model, workers, bf16, threads, cfg.channels_last
+        device, split, train_loader, val_loader, model, workers, bf16, threads, cfg.channels_last,
+        image_shape=(3, cfg.img_size, cfg.img_size),
     )
     aug = augment.resolve_augment(cfg.augment)
     if cfg.aug_backend == "gpu" and aug is not None:
