@@ -69,7 +69,28 @@ def run_pair(name: str, how: str, where: tuple[int, str], folder: Path) -> Predi
         return None
     print(f"{name}: {gain.change}: predicted {gain.predicted:.2f}×, achieved "
           f"{gain.achieved:.2f}×, error {gain.error_frac:+.0%}")
+    if gain.change == "persistent_workers=True":
+        whole = _whole_run(base, fixed)
+        if whole is not None:
+            print(f"{name}: {gain.change}, the whole run (every epoch's train and validation "
+                  f"phases): predicted {whole[0]:.2f}×, achieved {whole[1]:.2f}×, error "
+                  f"{whole[0] / whole[1] - 1:+.0%}")
     return gain
+
+
+def _whole_run(base: dict[str, Any], fixed: dict[str, Any]) -> tuple[float, float] | None:
+    """Non-persistent workers start again in every phase: the run's predicted speed-up is its
+    seconds over the sum of each phase's predicted seconds (a phase without a prediction, such
+    as a loader's first, keeps its own)."""
+    def predicted_s(p: dict[str, Any]) -> float:
+        q = next((q for q in p.get("predictions") or []
+                  if q.get("change") == "persistent_workers=True"), None)
+        return float(p["seconds"]) / float(q["speedup"]) if q else float(p["seconds"])
+
+    now = sum(float(p["seconds"]) for p in base["phases"])
+    new = sum(predicted_s(p) for p in base["phases"])
+    got = sum(float(p["seconds"]) for p in fixed["phases"])
+    return None if not new or not got else (now / new, now / got)
 
 
 def main() -> None:
