@@ -26,10 +26,14 @@ typecheck: $(STAMP)
 
 # Each test module runs in its own interpreter: the suite starts real trainers, DataLoader
 # workers, DDP ranks and framework runtimes, and one module's leftover children, threads or
-# page-cache state must not change what a later module measures. Every module runs; any
-# failure fails the target.
+# page-cache state must not change what a later module measures. Modules marked
+# `pytestmark = pytest.mark.light` (quick, no process, no thread: conftest checks) share one
+# interpreter, which saves a start-up each. Every module runs; any failure fails the target.
+LIGHT := $(shell grep -l '^pytestmark = pytest.mark.light' tests/test_*.py)
 pytest: $(STAMP)
-	@fail=""; for f in tests/test_*.py; do \
+	@fail=""; \
+	$(if $(LIGHT),$(PY) -m pytest -q -p no:cacheprovider $(LIGHT) || fail=" light modules";) \
+	for f in $(filter-out $(LIGHT),$(wildcard tests/test_*.py)); do \
 	  $(PY) -m pytest -q -p no:cacheprovider $$f || fail="$$fail $$f"; \
 	done; \
 	if [ -n "$$fail" ]; then echo "failed modules:$$fail"; exit 1; fi; echo "all test modules passed"

@@ -27,3 +27,24 @@ def synth80(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def data_flags(d: Path) -> dict[str, str]:
     return {"csv": str(d / "train.csv"), "val_csv": str(d / "valid.csv"), "images": str(d / "images")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _light_modules_leave_nothing_running(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """Modules marked ``light`` share one interpreter in ``make test`` (the rest get their own,
+    so that one module's leftover children, threads or cache state cannot change what a later
+    module measures). A light module must therefore start no process and leave no thread."""
+    if request.node.get_closest_marker("light") is None:
+        yield
+        return
+    import threading
+
+    import psutil
+
+    threads = set(threading.enumerate())
+    yield
+    children = psutil.Process().children(recursive=True)
+    new_threads = [t.name for t in threading.enumerate() if t not in threads and t.is_alive()]
+    assert not children and not new_threads, (
+        f"a light module left {len(children)} processes and threads {new_threads}: "
+        "drop its `pytestmark = pytest.mark.light`")

@@ -19,6 +19,9 @@ from stepscope.analysis.ranks import merge_ranks
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import ArrivalRecord, PhaseRecord, RunInfo, StepRecord
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
+
 T0 = 1_000.0
 PERIOD = 0.050
 N = 40

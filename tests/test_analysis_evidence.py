@@ -7,6 +7,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stepscope.analysis import evidence
 from stepscope.analysis.explain import (
     cold_vs_warm,
@@ -17,6 +19,9 @@ from stepscope.analysis.explain import (
     val_inference,
 )
 from stepscope.analysis.findings import build_findings, input_finding
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 _SPLIT = {"step_ms_per_step": 100.0, "data_wait_ms_per_step": 60.0, "transfer_ms_per_step": 0.0,
           "compute_ms_per_step": 35.0, "other_ms_per_step": 5.0}

@@ -5,11 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stepscope.analysis.explain import Answer, explain
 from stepscope.analysis.summary import write_summary
 from stepscope.store.db import RunWriter
 from stepscope.store.records import RunInfo, Sample
 from tests.analysis_runs import CPU_FACTS, T0, PhaseSpec, RunSpec, make_run
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
 def _seed_like(tmp_path: Path, **run_kw: Any) -> list[Answer]:

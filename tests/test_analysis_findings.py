@@ -8,6 +8,8 @@ import pytest
 
 from stepscope.analysis.findings import build_findings, input_finding, speedup_without
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 def _agg(**kw: Any) -> dict[str, Any]:
     base: dict[str, Any] = {

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
 def test_formats() -> None:

@@ -12,6 +12,8 @@ from stepscope.analysis.summary import build_summary
 from stepscope.store.db import RunReader
 from tests.analysis_runs import CPU_FACTS, PhaseSpec, RunSpec, make_run
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 def _summary(tmp_path: Path, run: RunSpec) -> dict[str, Any]:
     make_run(tmp_path, run)

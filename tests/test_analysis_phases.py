@@ -13,6 +13,8 @@ from stepscope.store.db import RunReader
 from stepscope.store.records import StepRecord
 from tests.analysis_runs import CPU_FACTS, PhaseSpec, RunSpec, make_run
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 def _phases(tmp_path: Path, *specs: PhaseSpec) -> list[dict[str, Any]]:
     make_run(tmp_path, RunSpec(list(specs), facts=dict(CPU_FACTS)))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stepscope.analysis.samples import Series
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
 def test_window_mean_max_nearest() -> None:

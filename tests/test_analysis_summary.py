@@ -16,6 +16,9 @@ from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import RunInfo, Sample
 from tests.analysis_runs import CPU_FACTS, T0, PhaseSpec, RunSpec, make_run
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
+
 PHASE_KEYS = {
     "epoch", "phase", "steps", "images", "seconds", "images_per_s", "data_wait_frac",
     "transfer_frac", "compute_frac", "verdict", "input_cause", "disk_read_bytes",

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stepscope.analysis.verdicts import (
     MIN_STEADY_STEPS,
     InputEvidence,
     decide_input_cause,
     decide_verdict,
 )
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
 def test_each_verdict_from_the_split() -> None:

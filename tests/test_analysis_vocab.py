@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stepscope.analysis.vocab import keras_cpu_fix
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
 def test_cpu_fix_names_image_data_generator_only_for_one() -> None:

@@ -10,6 +10,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "stepscope"
 MAX_LINES = 600

@@ -9,6 +9,8 @@ import pytest
 
 from stepscope.atomic import atomic_open, atomic_write_bytes, atomic_write_text
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
     target = atomic_write_text(tmp_path / "summary.json", "old")

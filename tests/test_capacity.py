@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from stepscope.analysis.capacity import (
     LoaderFigures,
     build_capacity,
@@ -14,6 +16,8 @@ from stepscope.analysis.capacity import (
 )
 from stepscope.analysis.causes import decide_cause_from_stages
 from stepscope.analysis.verdicts import InputEvidence, decide_verdict
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
 def _lf(**kw: Any) -> LoaderFigures:

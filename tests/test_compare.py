@@ -8,6 +8,8 @@ import pytest
 
 from stepscope.analysis.compare import compare_summaries, overall_images_per_s
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 def _phase(epoch: int, phase: str, images: int, seconds: float, wait: float, verdict: str,
            cause: str | None = None) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from stepscope.observe import machine
 from stepscope.train.ceilings import Ceiling
 from stepscope.train.tune import TuneResult, TuneRow
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 def _fields(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}

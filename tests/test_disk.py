@@ -16,6 +16,9 @@ from stepscope.observe.disk import (
 )
 from stepscope.observe.pagecache import evict
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
+
 MB = 1 << 20
 
 

@@ -18,6 +18,9 @@ from stepscope.render.trace import write_trace
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
+
 HOSTILE = [
     '<script>alert("x")</script>',
     '"><img src=x onerror=alert(1)>',

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stepscope.analysis.gpu_identity import normalize_pci, resolve_nvml_index
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 NVML = {"gpu0.uuid": "GPU-aaaa1111-0000-0000-0000-000000000000",
         "gpu1.uuid": "GPU-bbbb2222-0000-0000-0000-000000000000",

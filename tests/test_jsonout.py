@@ -16,6 +16,9 @@ from stepscope.render.jsonout import dumps, tune_json
 from stepscope.store.export import PHASE_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS
 from tests.analysis_runs import PhaseSpec, RunSpec, make_run
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
+
 DOC = Path(__file__).parents[1] / "docs" / "json.md"
 runner = CliRunner()
 

@@ -10,6 +10,9 @@ import pytest
 
 from stepscope.metrics import FACTS, METRICS, fact, metric, metric_names
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "stepscope"
 RECORDS_MD = ROOT / "docs" / "records.md"

@@ -22,6 +22,8 @@ from stepscope.policy import (
     weighted_mean,
 )
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 def test_policy_imports_nothing_from_the_layers() -> None:
     """It sits below every layer: anything may import it, it imports no stepscope module."""

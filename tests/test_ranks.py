@@ -11,6 +11,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from stepscope.analysis.ranks import (
     COMM_S_INCLUDES,
     find_rank_stores,
@@ -19,6 +21,9 @@ from stepscope.analysis.ranks import (
 from stepscope.analysis.summary import write_summary
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 T0 = 5_000.0
 STEPS = 30

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from stepscope.render.input_charts import (
     IMAGES_PER_S_DEFINITION,
     capacity_chart,
     stage_waterfall,
     throughput_chart,
 )
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 COLORS = {"train": "#111111", "val": "#222222"}
 

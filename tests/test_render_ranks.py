@@ -5,10 +5,13 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from stepscope.render.html_ranks import ranks_section
 from stepscope.render.terminal import rank_table
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
 def _row(rank: int, **kw: Any) -> dict[str, Any]:

@@ -7,12 +7,16 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from rich.console import Console, RenderableType
 
 from stepscope.analysis.compare import compare_summaries
 from stepscope.analysis.contracts import ledger_item, make_finding
 from stepscope.analysis.fmt import fmt_bytes
 from stepscope.render.terminal import comparison_table, explanation, phase_table
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 SUMMARY: dict[str, Any] = {
     "run": {"name": "seed", "status": "completed"},

@@ -13,6 +13,9 @@ from stepscope.render.trace import MACHINE_PID, MAX_POINTS, MAX_STEPS, TID_STEPS
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
+
 T0 = 5_000.0
 
 

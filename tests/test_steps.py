@@ -9,6 +9,8 @@ import pytest
 from stepscope.observe.steps import StepTimer
 from stepscope.store.records import StepRecord
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
 
 class FakeClock:
     def __init__(self) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from stepscope.store.rundir import RunDir, parse_rank_db_name, rank_db_name
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
 def test_every_file_of_a_run_directory(tmp_path: Path) -> None:

@@ -10,6 +10,9 @@ from stepscope.analysis.timeline import Series, load_timeline, sum_series
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
 
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
+
+
 T0 = 1_000.0
 
 

@@ -6,8 +6,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from stepscope.train import tune_plan as tp
 from stepscope.train.tune import Candidate, _RunPlan, _try_run
+
+pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
 class FakeClock:
