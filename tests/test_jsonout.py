@@ -87,12 +87,12 @@ def test_doctor_json_matches_the_doc() -> None:
 def test_tune_json_matches_the_doc() -> None:
     from stepscope.train.tune import TuneResult, TuneRow
 
-    result = TuneResult(rows=[TuneRow("run", "2 workers", {"workers": 2}, images_per_s=40.0,
+    result = TuneResult(rows=[TuneRow("run", "2 workers", {"workers": "2"}, images_per_s=40.0,
                                       winner=True)],
-                        winner={"workers": 2}, reason="fastest", budget_s=10, elapsed_s=9.5)
+                        winner={"workers": "2"}, reason="fastest", budget_s=10, elapsed_s=9.5)
     out = json.loads(dumps(tune_json(result.to_dict(), "tuned.yaml")))
     assert set(out) == _doc_fields("stepscope.tune")
-    assert out["rows"][0]["images_per_s"] == 40.0 and out["winner"] == {"workers": 2}
+    assert out["rows"][0]["images_per_s"] == 40.0 and out["winner"] == {"workers": "2"}
 
 
 def test_json_is_strict() -> None:
