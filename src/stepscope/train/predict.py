@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
 from stepscope.errors import DataError, ModelError
 from stepscope.train import augment, checkpoint, data, models
+
+
+class PredictionJson(TypedDict):
+    """One image's answer as ``predict --json`` prints it."""
+
+    path: str
+    label: str | None
+    probability: float | None
+    error: str | None
 
 
 @dataclass
@@ -25,7 +34,7 @@ class Prediction:
     probability: float | None = None
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PredictionJson:
         return {"path": str(self.path), "label": self.label, "probability": self.probability,
                 "error": self.error}
 
