@@ -23,8 +23,10 @@ from stepscope.analysis.fmt import fmt_rate
 from stepscope.errors import DataError, ModelError
 from stepscope.observe.machine import parse_cpuinfo
 from stepscope.render.doctor import doctor_view
+from stepscope.reports import DoctorReport
 from stepscope.train.doctor import list_images, run_doctor
 from stepscope.train.synth import synth_dataset
+from tests.contract_check import assert_conforms
 
 TINY_MODEL = "mobilenetv2_050"
 
@@ -50,6 +52,7 @@ def report(synth_dir: Path) -> dict[str, Any]:
 
 def test_report_is_json_and_matches_this_machine(report: dict[str, Any]) -> None:
     json.dumps(report)  # --json prints it as it is
+    assert_conforms(report, DoctorReport)  # the contract analysis/ and render/ read it by
     cpu = report["cpu"]
     assert cpu["affinity_cores"] == len(os.sched_getaffinity(0))
     flags = parse_cpuinfo(Path("/proc/cpuinfo").read_text())[1]
