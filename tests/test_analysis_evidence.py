@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from stepscope.analysis import evidence
+from stepscope.analysis.contracts_summary import PhaseAgg, Summary
 from stepscope.analysis.explain import (
     cold_vs_warm,
     gpu_pattern,
@@ -19,6 +20,7 @@ from stepscope.analysis.explain import (
     val_inference,
 )
 from stepscope.analysis.findings import build_findings, input_finding
+from tests.contract_check import assert_conforms
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
@@ -35,7 +37,9 @@ def _agg(kind: str, **kw: Any) -> dict[str, Any]:
             "compute_ms_per_image": 4.0 if kind == "train" else 1.0,
             "loader_cpu_ms_per_image": 8.0 if kind == "train" else 2.0,
             "cpu_util_pct": 97.0, **_SPLIT}
-    return {**base, **kw}
+    out = {**base, **kw}
+    assert_conforms(out, PhaseAgg, partial=True)  # a slice of what the analysis emits
+    return out
 
 
 def _summary(**measured: Any) -> dict[str, Any]:
@@ -51,6 +55,7 @@ def _summary(**measured: Any) -> dict[str, Any]:
                    {"epoch": 2, "phase": "train", "dataset_resident_frac_start": 1.0}],
     }
     s.update(measured)
+    assert_conforms(s, Summary, partial=True)
     return s
 
 

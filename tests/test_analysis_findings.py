@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from stepscope.analysis.contracts_summary import PhaseAgg
 from stepscope.analysis.findings import build_findings, input_finding, speedup_without
+from tests.contract_check import assert_conforms
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
 
-def _agg(**kw: Any) -> dict[str, Any]:
+def _agg(**kw: Any) -> PhaseAgg:
+    """A by_phase entry holding the figures these findings read (checked against PhaseAgg)."""
     base: dict[str, Any] = {
         "phase": "train", "verdict": "input-bound", "input_cause": "workers",
         "input_evidence": ["1 workers, not saturated"], "workers": 0,
@@ -21,7 +24,8 @@ def _agg(**kw: Any) -> dict[str, Any]:
         "gpu_util_pct": None, "images_per_s": 32.0,
     }
     base.update(kw)
-    return base
+    assert_conforms(base, PhaseAgg, partial=True)
+    return cast(PhaseAgg, base)
 
 
 def test_speedup_from_the_split() -> None:

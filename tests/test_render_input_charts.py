@@ -6,12 +6,14 @@ from typing import Any
 
 import pytest
 
+from stepscope.analysis.contracts_summary import PhaseRow
 from stepscope.render.input_charts import (
     IMAGES_PER_S_DEFINITION,
     capacity_chart,
     stage_waterfall,
     throughput_chart,
 )
+from tests.contract_check import assert_conforms
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
@@ -20,7 +22,9 @@ COLORS = {"train": "#111111", "val": "#222222"}
 
 
 def _phase(epoch: int, phase: str, ips: float, **extra: Any) -> dict[str, Any]:
-    return {"epoch": epoch, "phase": phase, "images_per_s": ips, **extra}
+    p = {"epoch": epoch, "phase": phase, "images_per_s": ips, **extra}
+    assert_conforms(p, PhaseRow, partial=True)  # a slice of a summary["phases"] row
+    return p
 
 
 def test_waterfall_draws_each_stage_and_says_when_nothing_was_timed() -> None:
