@@ -35,6 +35,7 @@ class RunOwner:
                  tensorboard: str | Path | None = None, quiet: bool = False) -> None:
         self.run_dir = Path(out)
         self.framework = framework
+        # free-form: Monitor's keyword arguments, as the callback's caller gave them
         self._options: dict[str, Any] = {"name": name, "dataset_files": dataset_files,
                                          "interval_s": interval_s}
         self.tensorboard = None if tensorboard is None else Path(tensorboard)

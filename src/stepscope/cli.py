@@ -481,6 +481,7 @@ def _train_config_from_args(args: list[str]) -> Any:
     return _resolve_train_flags(train_cmd.make_context("tune", args).params)
 
 
+# free-form: the train command's flags by name, as typer passed them
 def _resolve_train_flags(params: dict[str, Any]) -> Any:
     """`train`'s parsed flags -> TrainConfig: defaults < --config/--resume's config < flags."""
     from stepscope.train import config as tcfg

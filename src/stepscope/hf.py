@@ -57,6 +57,7 @@ class _TrainerWraps:
         self._cls = trainer_cls
         self._owner = owner
         self._images = images
+        # free-form: the Trainer methods it wraps, by name, to put back
         self._saved: dict[str, Any] = {}
 
     def _ours(self, trainer: Any) -> bool:

@@ -48,6 +48,7 @@ def _keras() -> ModuleType:
                              "(and a backend: tensorflow, jax or torch)") from exc
 
 
+# free-form: the keyword arguments Keras's fit() was called with
 def _fit_arguments(model: Any) -> dict[str, Any] | None:
     """The arguments of the ``fit`` call running ``model`` (the frame up the stack): callbacks
     are not handed the data, and the images per batch come from them, as under ``watch``."""

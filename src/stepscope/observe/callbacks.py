@@ -115,6 +115,7 @@ class CallbackRecording:
 
     def __init__(self, out: str | Path, *, framework: str, name: str | None = None,
                  dataset_files: Sequence[str | Path] = (), interval_s: float = 1.0,
+                 # free-form: config is the run's configuration as the caller gives it
                  sample: bool = True, config: dict[str, Any] | None = None) -> None:
         self.run_dir = Path(out)
         self.framework = framework

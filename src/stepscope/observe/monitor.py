@@ -133,6 +133,7 @@ class Monitor(AbstractContextManager["Monitor"]):
         device: Any = None,
         sample: bool = True,
         warmup_steps: int = DEFAULT_WARMUP_STEPS,
+        # free-form: the run's configuration as the caller gives it (stored in the run row)
         config: dict[str, Any] | None = None,
         rank: int = 0,
         world_size: int = 1,

@@ -372,6 +372,7 @@ def _flatten(d: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix or "(value)", text)]
 
 
+# free-form: config is the run's configuration as recorded (any loop's keys), shown as a table
 def _config(config: dict[str, Any]) -> Body:
     rows = "".join(f'<tr><td class="l mono">{esc(k)}</td><td class="wrap mono">{esc(v)}</td></tr>'
                    for k, v in _flatten(config))
@@ -445,6 +446,7 @@ class ReportInput:
     summary: Summary
     timeline: Timeline
     answers: Sequence[AnswerLike]
+    # free-form: the run's configuration as recorded
     config: dict[str, Any]
 
 

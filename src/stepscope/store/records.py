@@ -28,6 +28,7 @@ class RunInfo:
     world_size: int = 1
     kind: str = "train"  # train | watch | monitor (user's own loop)
     exit_code: int | None = None
+    # free-form: the run's configuration as the loop gave it (JSON in the run row)
     config: dict[str, Any] = field(default_factory=dict)
 
 

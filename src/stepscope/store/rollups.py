@@ -177,6 +177,7 @@ def _insert_step_rollups(con: sqlite3.Connection, lo: int, hi: int, interval_s: 
 
 
 def _rollup_row(con: sqlite3.Connection, g: tuple[Any, ...], group: str,
+                # free-form: SQL parameters by name
                 args: dict[str, Any]) -> tuple[Any, ...]:
     """One roll-up row: the group's aggregates plus each part's percentiles."""
     n = g[7]

@@ -91,6 +91,7 @@ class AugmentParams:
             return float(self.zoom_range[0]), float(self.zoom_range[1])
         return 1.0 - self.zoom_range, 1.0 + self.zoom_range
 
+    # free-form: the augmentation as a YAML mapping
     def to_dict(self) -> dict[str, Any]:
         """Plain YAML-safe mapping (tuples as lists), for config.yaml."""
         return {

@@ -34,6 +34,7 @@ class CheckpointWrite:
     seconds: float
 
 
+# free-form: torch state dicts and what the trainer keeps beside them
 def save_checkpoint(state: dict[str, Any], path: Path) -> CheckpointWrite:
     """Write ``state`` to ``path`` atomically; returns its size and how long it took."""
     path.parent.mkdir(parents=True, exist_ok=True)

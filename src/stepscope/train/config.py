@@ -65,6 +65,7 @@ class TrainConfig:
     interval_s: float = 1.0
     resume: str | None = None
     max_steps: int | None = None
+    # free-form: an `extra:` mapping a config file may carry, kept as given (nothing reads it)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,6 +75,7 @@ class TrainConfig:
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
+# free-form: a YAML mapping as read (its keys checked against TrainConfig, values by validate)
 def load_yaml_config(path: Path) -> dict[str, Any]:
     """Read a config YAML (a saved ``config.yaml`` or one ``stepscope tune`` wrote)."""
     try:

@@ -238,6 +238,7 @@ class Dist:
         """This rank's share of the node: its GPU, its torch threads, its workers."""
         if not self.enabled:
             return cfg
+        # free-form: TrainConfig fields to replace, by name
         changes: dict[str, Any] = {}
         cores = max(1, usable_cores() // self.local_world_size)
         cuda = cfg.device in ("auto", "cuda") and torch.cuda.is_available()
@@ -313,6 +314,7 @@ class Dist:
             if train else ShardSampler(n, self.rank, self.world_size)
         )
         self.samplers.append(sampler)
+        # free-form: DataLoader keyword arguments handed on
         extra: dict[str, Any] = {}
         if loader.num_workers > 0:
             extra["prefetch_factor"] = loader.prefetch_factor

@@ -57,6 +57,7 @@ def cache_key(cfg: TrainConfig, *, bf16: bool, device: torch.device, files: Sequ
         >>> cache_key(cfg, bf16=True, device=torch.device("cpu"), files=files)  # doctest: +SKIP
         '3f1c...'
     """
+    # free-form: what the cache key hashes (JSON-encoded)
     parts: dict[str, Any] = {
         "model": cfg.model, "weights": cfg.weights, "unfreeze": cfg.unfreeze,
         "img_size": cfg.img_size, "bf16": bf16, "channels_last": cfg.channels_last,
@@ -193,6 +194,7 @@ class FeatureCache:
         self.batch_size, self.seed, self.mon, self.max_bytes = batch_size, seed, mon, max_bytes
         self._entries: dict[str, _Entry] = {}
         self._recording: _Recording | None = None
+        # free-form: the featcache.used fact, a JSON record read by key
         self._used: dict[str, Any] = {"enabled": bool(phases), "why": why_off or "",
                                       "phases": sorted(phases), "uses": [], "bytes": 0}
         self._fact()

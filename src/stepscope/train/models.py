@@ -90,6 +90,7 @@ class TransferModel(nn.Module):
         self.num_classes = num_classes
         self.model_name = model_name
         self.weights_source = weights_source
+        # free-form: timm's data config (mean, std, input size, interpolation...)
         self.data_config: dict[str, Any] = dict(resolve_data_config({}, model=trunk))
         mean = torch.tensor(self.data_config["mean"], dtype=torch.float32).view(1, -1, 1, 1)
         std = torch.tensor(self.data_config["std"], dtype=torch.float32).view(1, -1, 1, 1)

@@ -104,6 +104,7 @@ def build_loaders(
         seed=cfg.seed,
     )
     val_tf = augment.create_transform(None, cfg.img_size, train=False, backend=backend)
+    # free-form: DataLoader keyword arguments handed on
     common: dict[str, Any] = {
         "batch_size": cfg.batch_size,
         "num_workers": workers,

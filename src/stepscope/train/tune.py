@@ -248,6 +248,7 @@ def _loader(cfg: TrainConfig, items: list[data.Item], backend: str, workers: int
     transform = augment.create_transform(params, cfg.img_size, train=True,
                                          backend="keras" if backend == "keras" else "fused",
                                          seed=cfg.seed)
+    # free-form: DataLoader keyword arguments handed on
     extra: dict[str, Any] = {}
     if workers > 0:
         # Persistent workers: the dataset may be a few batches long, and re-forking the workers

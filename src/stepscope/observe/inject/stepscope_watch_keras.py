@@ -406,6 +406,7 @@ def _time_user_callbacks(callbacks: Any, ours: type, steps: KerasSteps) -> None:
             setattr(cb, name, timed)
 
 
+# free-form: the keyword arguments of the user's fit()/evaluate() call
 def _val_x(a: dict[str, Any]) -> Any:
     val = a.get("validation_data")
     if isinstance(val, (tuple, list)) and val:

@@ -33,6 +33,7 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+# free-form: the loader.* facts this module writes and the user's fit() keyword arguments
 def _tf_pipeline(ds: Any) -> dict[str, Any]:
     """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache, py funcs."""
     parallel, prefetch, cache, depth = 1, False, False, 0

@@ -66,6 +66,7 @@ class LoaderStages:
             self.batches += 1
             self.busy_s[tid] = self.busy_s.get(tid, 0.0) + dt
 
+    # free-form: a JSON record written as a fact (keras_stages.phase.<id>), read by key
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             return {"stage_s": dict(self.stage_s), "images": self.images,

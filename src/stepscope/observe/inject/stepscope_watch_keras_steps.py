@@ -66,6 +66,7 @@ class KerasSteps:
         # ImageDataGenerator stage counters (stepscope_watch_keras_stages.LoaderStages), once
         # that module is imported; read at phase boundaries.
         self.stages: Any = None
+        # free-form: the stage board's JSON counters (stepscope_watch_keras_stages.py)
         self.stages_delta: Callable[[dict[str, Any], dict[str, Any]], Any] = lambda a, b: None
         self._stages0: dict[str, Any] | None = None
         self.count_images = count_images

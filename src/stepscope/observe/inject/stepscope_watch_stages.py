@@ -315,6 +315,7 @@ def read_boards(folder: Path) -> dict[int, ProcessStages]:
 
 
 def phase_stages(before: dict[int, ProcessStages], after: dict[int, ProcessStages],
+                 # free-form: the stages.phase.<id> fact, a JSON record analysis/capacity.py parses by key
                  main_pid: int) -> dict[str, Any]:
     """What the loaders did between two readings, as a plain dict (stored as a fact).
 
@@ -401,6 +402,7 @@ class LoaderProbe:
             not_ready
         self.wait_cpu_clocked_s = clocked_s
 
+    # free-form: a JSON record written as a fact, read by key (analysis/capacity.py)
     def end(self, workers: int | None, persistent: bool | None) -> dict[str, Any]:
         after = read_boards(self.folder) if self.folder is not None else {}
         out = phase_stages(self._before, after, self.main_pid)
@@ -436,6 +438,7 @@ class WatchPhases:
             self._open[seq] = read_boards(self.folder)
         self._cpu0 = self.wait_cpu_s
 
+    # free-form: a JSON record written as a fact, read by key (analysis/capacity.py)
     def end(self, seq: int, workers: int | None) -> dict[str, Any] | None:
         before = self._open.pop(seq, None)
         if before is None or self.folder is None:
