@@ -30,11 +30,17 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from stepscope.analysis.contracts_summary import ArrivalAnalysis, NodeRow, RankArrival, RankRow
+from stepscope.analysis.contracts_summary import (
+    ArrivalAnalysis,
+    ArrivalJob,
+    NodeRow,
+    RankArrival,
+    RankRow,
+)
+from stepscope.analysis.fmt import MISSING, fmt_pct
 from stepscope.store.records import ArrivalRecord
 
 WARMUP_ALLREDUCES = 3  # as the step warm-up: first-iteration allocation and bucket rebuilds
@@ -204,17 +210,21 @@ def analyze_arrivals(ranks: Sequence[RankArrivals]) -> ArrivalAnalysis | None:
     }
 
 
-def arrival_evidence(rank: int, row: Mapping[str, Any], job: Mapping[str, Any]) -> list[str]:
+def arrival_evidence(rank: int, row: RankRow, job: ArrivalJob) -> list[str]:
     """Sentences that name the measurements behind an arrival straggler."""
     n = row["allreduces_compared"]
+    # A straggler by arrival was late at some all-reduces, so these figures exist; the
+    # formatters say "—" rather than fail if a row ever lacks one.
+    late_ms = row["late_ms_when_late"]
     lines = [
-        f"rank {rank} arrived last at {row['arrived_last_frac'] * 100:.0f} % of {n} gradient "
-        f"all-reduces, {row['late_ms_when_late']:.1f} ms after the other ranks when late "
+        f"rank {rank} arrived last at {fmt_pct(row['arrived_last_frac'])} of {n} gradient "
+        f"all-reduces, {MISSING if late_ms is None else f'{late_ms:.1f}'} ms after the other "
+        "ranks when late "
         f"(late = at least {job['late_threshold_ms']:.1f} ms; {job['method']})",
     ]
     stretch = row.get("late_stretch")
     if row["recurrence"] == "every step":
-        lines.append(f"late at {row['late_allreduce_frac'] * 100:.0f} % of the all-reduces: "
+        lines.append(f"late at {fmt_pct(row['late_allreduce_frac'])} of the all-reduces: "
                      "every step, not one bad stretch")
     elif stretch:
         lines.append(f"late for one stretch: all-reduces {stretch['first_allreduce']}–"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stepscope.analysis.contracts_summary import LoaderStages
+from stepscope.analysis.contracts_summary import LoaderStages, Summary
 from stepscope.analysis.fmt import fmt_ms, fmt_pct
 
 STAGE_WORDS = (("load", "loading (read, decode, resize)"),
@@ -33,15 +33,14 @@ def stage_fields(raw: Mapping[str, Any] | None, seconds: float | None) -> Loader
             "thread_busy_frac": [b / seconds for b in busy] if seconds else []}
 
 
-def stages_answer(s: Mapping[str, Any]) -> tuple[str, str] | None:
+def stages_answer(s: Summary) -> tuple[str, str] | None:
     """Where an ImageDataGenerator's time went, for the first train and val phase measured."""
     lines = []
     for kind in ("train", "val"):
-        p = next((p for p in s.get("phases") or []
-                  if p["phase"] == kind and p.get("loader_stages")), None)
-        if p is None:
+        p, st = next(((p, st) for p in s.get("phases") or []
+                      if p["phase"] == kind and (st := p.get("loader_stages"))), (None, None))
+        if p is None or st is None:
             continue
-        st = p["loader_stages"]
         parts = ", ".join(f"{words} {fmt_ms(st['ms_per_image'][k] / 1000.0)}"
                           for k, words in STAGE_WORDS)
         text = f"In epoch {p['epoch']} {kind}, per image: {parts}"
