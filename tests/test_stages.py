@@ -111,8 +111,13 @@ class _Loader:
         self.worker_init_fn = _user_init
 
 
-def test_spawned_workers_get_a_picklable_init_that_installs_the_hooks(board_dir: Path) -> None:
+def test_spawned_workers_get_a_picklable_init_that_installs_the_hooks(
+        board_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from stepscope.observe.inject import stepscope_watch_stages as impl
+
+    # Stand-in hooks: this process's real torch/PIL must stay unpatched.
+    hooked: list[str] = []
+    monkeypatch.setattr(impl, "_hook_table", lambda: {"os": lambda m: hooked.append(m.__name__)})
 
     seen: list[object] = []
     start = impl._hooking_spawned_workers(lambda it, loader: seen.append(loader.worker_init_fn))
@@ -131,3 +136,4 @@ def test_spawned_workers_get_a_picklable_init_that_installs_the_hooks(board_dir:
     finally:
         sys.meta_path[:] = finders  # it hooks later imports too: not in this test process
     assert _CALLS[-1] == 3
+    assert hooked == ["os"]  # an imported library is hooked before the user's init runs
