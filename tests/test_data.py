@@ -20,6 +20,7 @@ from stepscope.train.data import (
     CorruptImageError,
     ImageDataset,
     Item,
+    WarnedFile,
     collate_skip_bad,
     dataset_files,
     decode_rgb,
@@ -327,6 +328,31 @@ def test_bad_files_found_in_workers_reach_the_main_process(tmp_path: Path) -> No
         seen_images += images.shape[0]
         seen_bad += bad_files
     assert seen_images == 6 and sorted(seen_bad) == sorted(str(p) for p in bad)
+
+
+def extraneous_bytes_jpeg(path: Path, seed: int = 0) -> Path:
+    """A JPEG with 4 stray bytes after its first header segment: libjpeg decodes it whole and
+    prints "Corrupt JPEG data: 4 extraneous bytes before marker 0xdb" to fd 2 itself."""
+    good = _jpeg(path, seed).read_bytes()
+    end = 4 + int.from_bytes(good[4:6], "big")  # SOI, then the APP0 segment's length
+    path.write_bytes(good[:end] + b"\x00\x11\x22\x33" + good[end:])
+    return path
+
+
+def test_libjpeg_warning_is_caught_and_the_file_named(tmp_path: Path,
+                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    warned = extraneous_bytes_jpeg(tmp_path / "extra.jpg")
+    good = [_jpeg(tmp_path / f"g{i}.jpg", i) for i in range(3)]
+    ds = ImageDataset([Item(p, 0) for p in [good[0], warned, *good[1:]]],
+                      create_transform(None, 24, train=False))
+    for workers in (0, 1):  # in this process, and in a worker process (pickled back)
+        loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers,
+                                             collate_fn=collate_skip_bad)
+        (images, labels, bad), = list(loader)
+        assert images.shape[0] == labels.shape[0] == 4  # kept: it decoded whole
+        assert bad == [str(warned)] and isinstance(bad[0], WarnedFile)
+        assert bad[0].warning.startswith("Corrupt JPEG data: ")
+    assert "Corrupt JPEG data" not in "".join(capfd.readouterr())
 
 
 # --------------------------------------------------------------------------- links and bombs

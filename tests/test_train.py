@@ -72,3 +72,30 @@ def test_no_monitor_records_nothing(synth80: Path, tmp_path: Path) -> None:
                           "weights": "none", "max_steps": 1, "monitor": False}))
     assert not (run / "run.db").exists()
     assert (run / "metrics.csv").is_file()
+
+
+@pytest.mark.slow  # one small epoch (~9 s under load)
+def test_a_jpeg_libjpeg_warns_about_is_named_not_printed_raw(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """libjpeg prints "Corrupt JPEG data: N extraneous bytes ..." to fd 2 from C; in training
+    output that line named no file. The image decodes whole, so it is trained on and named."""
+    from rich.console import Console
+
+    from stepscope.render.progress import TrainProgress
+    from stepscope.train.synth import synth_dataset
+    from tests.test_data import extraneous_bytes_jpeg
+
+    synth_dataset(tmp_path / "data", images=12, seed=3)
+    name = next(csv.DictReader((tmp_path / "data" / "train.csv").open()))["Photo"]
+    extraneous_bytes_jpeg(tmp_path / "data" / "images" / name)
+    capfd.readouterr()
+    res = train(resolve_config({**data_flags(tmp_path / "data"), "img_size": 64, "epochs": 1,
+                                "out": str(tmp_path / "run"), "weights": "none",
+                                "augment": "none", "batch_size": 4, "workers": "1"}),
+                TrainProgress(Console(width=200)))  # what `stepscope train` prints
+    out, err = capfd.readouterr()
+    out = " ".join(out.split())  # rich wraps long lines
+    assert res.status == "completed"
+    assert "Corrupt JPEG data" not in err
+    assert "kept 1 image(s) the JPEG decoder warned about" in out and name in out
+    assert "extraneous bytes before marker" in out  # libjpeg's words, now with the file's name

@@ -33,6 +33,7 @@ from PIL import Image, UnidentifiedImageError
 
 from stepscope.errors import DataError
 from stepscope.observe.stages import Stage
+from stepscope.train import libjpeg
 
 # Keras's DirectoryIterator white list, plus webp which Pillow reads too.
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".tif", ".tiff", ".webp"})
@@ -94,12 +95,35 @@ class BadSample(NamedTuple):
     reason: str
 
 
+class WarnedFile(str):
+    """A file kept in its batch although the JPEG decoder warned about it (it still decoded
+    whole, e.g. ``Corrupt JPEG data: 4 extraneous bytes before marker 0xd9``): listed among a
+    batch's ``bad_files`` so it is counted and named, but not dropped."""
+
+    warning: str
+
+    def __new__(cls, path: str, warning: str) -> WarnedFile:
+        obj = super().__new__(cls, path)
+        obj.warning = warning
+        return obj
+
+    def __reduce__(self) -> tuple[type[WarnedFile], tuple[str, str]]:
+        # DataLoader workers send it back pickled; a str subclass would lose its warning.
+        return WarnedFile, (str(self), self.warning)
+
+
+# Files this process decoded with a libjpeg warning since the last collate: a DataLoader worker
+# fetches a batch's items and then collates them, so the collate hands them on with that batch.
+_warned: list[WarnedFile] = []
+
+
 class Batch(NamedTuple):
     """A collated batch: uint8 NCHW images, int64 labels, and the files dropped from it.
 
     A NamedTuple, so DataLoader's pin_memory keeps the type and `images, labels, bad = batch`
     works. When every item of a batch was bad, `images` has shape (0, 3, 0, 0) and `labels` shape
     (0,): the loop must count `bad_files` and skip the step (a model cannot run on it).
+    `bad_files` also names the batch's images kept despite a decoder warning, as `WarnedFile`.
     """
 
     images: torch.Tensor
@@ -144,8 +168,11 @@ def decode_rgb(path: Path) -> np.ndarray:
     _check_pixels(data, path)
     if data[:3] == _JPEG_SOI:
         flags = (_CV2_RGB or cv2.IMREAD_COLOR) | cv2.IMREAD_IGNORE_ORIENTATION
-        rgb = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+        # libjpeg prints recoverable damage to fd 2 itself; caught, it is named with the file.
+        rgb, said = libjpeg.quietly(lambda: cv2.imdecode(np.frombuffer(data, np.uint8), flags))
         if rgb is not None:
+            if said:
+                _warned.append(WarnedFile(str(path), "; ".join(said)))
             # OpenCV < 4.10 has no RGB output flag and decodes to BGR.
             return np.asarray(rgb if _CV2_RGB else cv2.cvtColor(rgb, cv2.COLOR_BGR2RGB))
     return np.asarray(_pil_rgb(data, path))
@@ -493,7 +520,9 @@ def collate_skip_bad(samples: Sequence[Sample | BadSample]) -> Batch:
     main loop can count them whichever worker found them.
     """
     good = [s for s in samples if not isinstance(s, BadSample)]
-    bad = [s.path for s in samples if isinstance(s, BadSample)]
+    bad: list[str] = [s.path for s in samples if isinstance(s, BadSample)]
+    bad += _warned
+    _warned.clear()
     if not good:
         return Batch(
             torch.empty((0, 3, 0, 0), dtype=torch.uint8), torch.empty((0,), dtype=torch.int64), bad

@@ -373,8 +373,20 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
 
 
 def _bad_files_message(bad: list[str]) -> str:
-    names = ", ".join(sorted(set(bad))[:5])
-    return f"skipped {len(bad)} unreadable image(s) so far (corrupt or truncated): {names}"
+    skipped = [b for b in bad if not isinstance(b, data.WarnedFile)]
+    warned = [b for b in bad if isinstance(b, data.WarnedFile)]
+    lines = []
+    if skipped:
+        names = ", ".join(sorted(set(skipped))[:5])
+        lines.append(f"skipped {len(skipped)} unreadable image(s) so far (corrupt or truncated): "
+                     f"{names}")
+    if warned:
+        # libjpeg's own line, printed raw it named no file; the image decoded and is trained on.
+        first = {str(w): w.warning for w in warned}
+        names = ", ".join(f"{n} ({first[n]})" for n in sorted(first)[:5])
+        lines.append(f"kept {len(first)} image(s) the JPEG decoder warned about (damaged but "
+                     f"decodable): {names}")
+    return "\n".join(lines)
 
 
 def _save_checkpoints(
