@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stepscope.analysis.keras_loader import workers_answer
 from stepscope.analysis.vocab import keras_cpu_fix
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
@@ -16,3 +17,16 @@ def test_cpu_fix_names_image_data_generator_only_for_one() -> None:
         fix = keras_cpu_fix({"kind": kind}, "train")
         assert "ImageDataGenerator" not in fix and "SciPy" not in fix, kind
         assert "cheaper" in fix
+
+
+def test_worker_processes_answer_needs_their_busy_time() -> None:
+    phases = [{"phase": "train", "epoch": e, "seconds": 2.0,
+               "loader": {"worker_busy_s": [1.9, 1.7]}} for e in (1, 2)]
+    s = {"loader": {"framework": "keras"}, "phases": phases}
+    got = workers_answer(s)
+    assert got is not None
+    assert "In epoch 2 train the 2 worker processes were busy 95 %, 85 % of the phase" in got[1]
+    assert "inside __getitem__" in got[1]
+    untimed = [{**p, "loader": {"worker_busy_s": []}} for p in phases]
+    assert workers_answer({**s, "phases": untimed}) is None
+    assert workers_answer({**s, "loader": {"framework": None}}) is None  # a DataLoader run

@@ -22,7 +22,7 @@ from stepscope.analysis.fmt import (
     fmt_ratio,
     fmt_s,
 )
-from stepscope.analysis.keras_loader import stages_answer
+from stepscope.analysis.keras_loader import stages_answer, workers_answer
 from stepscope.analysis.vocab import KERAS, framework_of, vocab
 
 COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
@@ -425,8 +425,8 @@ def what_to_do(s: Summary) -> tuple[str, str] | None:
 
 
 _ANSWERS: tuple[Callable[[Summary], tuple[str, str] | None], ...] = (
-    headline, train_vs_val, stages_answer, cold_vs_warm, cpu_pattern, gpu_pattern, memory_answer,
-    val_inference, ram_inference, vram_inference, what_to_do,
+    headline, train_vs_val, stages_answer, workers_answer, cold_vs_warm, cpu_pattern, gpu_pattern,
+    memory_answer, val_inference, ram_inference, vram_inference, what_to_do,
 )
 
 

@@ -4,7 +4,9 @@ The watch hook counts, per phase, the seconds in ``load_img`` (read, decode, res
 random transform (``get_random_transform`` + ``apply_transform``) and in ``standardize``
 (``preprocessing_function``), the images loaded and each loading thread's time inside
 ``__getitem__`` (fact ``keras_stages.phase.<id>``). This module turns them into per-image
-figures and one answer. Pure: no I/O.
+figures and one answer. With ``use_multiprocessing=True`` each pool process's time inside
+``__getitem__`` is the phase's ``loader.worker_busy_s`` (one figure per worker process):
+``workers_answer`` says how busy each was. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -54,3 +56,26 @@ def stages_answer(s: Summary) -> tuple[str, str] | None:
     return ("Inside the ImageDataGenerator",
             " ".join(lines) + " (timed in the loader: load_img, get_random_transform + "
             "apply_transform, standardize, and __getitem__).")
+
+
+def workers_answer(s: Mapping[str, Any]) -> tuple[str, str] | None:
+    """How busy each Keras loading worker process was, in the last train and val phase where
+    they were timed (the first epoch also holds tracing and the pool's start)."""
+    if (s.get("loader") or {}).get("framework") not in ("keras", "tf.keras"):
+        return None
+    lines = []
+    for kind in ("train", "val"):
+        timed = [p for p in s.get("phases") or [] if p["phase"] == kind and p.get("seconds")
+                 and ((p.get("loader") or {}).get("worker_busy_s"))]
+        if not timed:
+            continue
+        p = timed[-1]
+        busy = p["loader"]["worker_busy_s"]
+        shares = ", ".join(fmt_pct(b / p["seconds"]) for b in busy)
+        lines.append(f"In epoch {p['epoch']} {kind} the {len(busy)} worker processes were busy "
+                     f"{shares} of the phase.")
+    if not lines:
+        return None
+    return ("Inside the loading worker processes",
+            " ".join(lines) + " (each process's wall time inside __getitem__, timed in that "
+            "process; waiting there for a free core counts as busy).")
