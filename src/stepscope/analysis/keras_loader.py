@@ -58,19 +58,23 @@ def stages_answer(s: Summary) -> tuple[str, str] | None:
             "apply_transform, standardize, and __getitem__).")
 
 
-def workers_answer(s: Mapping[str, Any]) -> tuple[str, str] | None:
+def workers_answer(s: Summary) -> tuple[str, str] | None:
     """How busy each Keras loading worker process was, in the last train and val phase where
     they were timed (the first epoch also holds tracing and the pool's start)."""
-    if (s.get("loader") or {}).get("framework") not in ("keras", "tf.keras"):
+    loop = s.get("loader")
+    if loop is None or loop.get("framework") not in ("keras", "tf.keras"):
         return None
     lines = []
     for kind in ("train", "val"):
-        timed = [p for p in s.get("phases") or [] if p["phase"] == kind and p.get("seconds")
-                 and ((p.get("loader") or {}).get("worker_busy_s"))]
+        timed = []
+        for p in s.get("phases") or []:
+            row = p.get("loader")
+            if p["phase"] == kind and p.get("seconds") and row is not None \
+                    and row["worker_busy_s"]:
+                timed.append((p, row["worker_busy_s"]))
         if not timed:
             continue
-        p = timed[-1]
-        busy = p["loader"]["worker_busy_s"]
+        p, busy = timed[-1]
         shares = ", ".join(fmt_pct(b / p["seconds"]) for b in busy)
         lines.append(f"In epoch {p['epoch']} {kind} the {len(busy)} worker processes were busy "
                      f"{shares} of the phase.")
