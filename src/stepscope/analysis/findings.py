@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from stepscope import policy
 from stepscope.analysis.contracts import Finding, Severity, by_severity, make_finding
@@ -64,15 +63,17 @@ def _s(ms: float | None) -> float | None:
 
 
 def _input_fix(agg: PhaseAgg, cores: float | None,
-               summary: Mapping[str, Any]) -> tuple[str, str]:
+               summary: Summary | None) -> tuple[str, str]:
     """(fix, short change label) for the input cause, in the run's framework; figures and
-    stages only as measured."""
-    loader = summary.get("loader")
+    stages only as measured (``summary`` None: a bare aggregate, no framework known)."""
+    loader = summary.get("loader") if summary else None
+    # The claims look their measurements up by path; without a summary none holds.
+    measured: Mapping[str, object] = summary or {}
     w = int(agg.get("workers") or 0)
     cause = agg["input_cause"]
     host = agg.get("cpu_util_pct")
     cores_busy = host is not None and host >= 90.0
-    keras = loader is not None and framework_of(summary) == KERAS
+    keras = summary is not None and loader is not None and framework_of(summary) == KERAS
     if cause == "storage":
         if keras:
             return keras_storage_fix(), "faster storage"
@@ -89,18 +90,18 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
     if keras and loader is not None:
         return keras_cpu_fix(loader, agg["phase"]), (
             "decode once" if agg["phase"] == "val" else "cheaper augmentation")
-    if agg["phase"] == "val" and holds(summary, "decoded_val"):
-        return (claim(summary, "augmented", "validation does no augmentation: ")
+    if agg["phase"] == "val" and holds(measured, "decoded_val"):
+        return (claim(measured, "augmented", "validation does no augmentation: ")
                 + "its CPU cost is decoding and resizing; cache the decoded, resized validation "
                 "images once (for a frozen trunk, its features), or decode on the GPU",
                 "decode once")
-    if holds(summary, "scipy_augment_figures"):
+    if holds(measured, "scipy_augment_figures"):
         return ("the CPU preparing images is the limit (workers or cores saturated): make "
                 "augmentation cheaper (one fused affine warp on uint8, ~1,400 img/s per core, "
                 "instead of SciPy per channel in float32, ~130), augment on the GPU, decode once "
                 "and cache resized images, or for a frozen trunk cache its features",
                 "cheaper augmentation")
-    cached = claim(summary, f"decoded_{agg['phase']}", ", decode once and cache resized images")
+    cached = claim(measured, f"decoded_{agg['phase']}", ", decode once and cache resized images")
     return ("the CPU preparing batches is the limit (workers or cores saturated): make the "
             "dataset's per-item work cheaper (profile its __getitem__ and transforms), move "
             f"augmentation to the GPU{cached}, or for a frozen trunk cache its features",
@@ -108,7 +109,7 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
 
 
 def input_finding(agg: PhaseAgg, cores: float | None,
-                  summary: Mapping[str, Any] | None = None) -> Finding | None:
+                  summary: Summary | None = None) -> Finding | None:
     """The data-wait finding for an aggregated phase kind (train or val); ``summary`` holds the
     measurements the fix's claims rest on (analysis/evidence.py)."""
     d = agg.get("data_wait_frac")
@@ -124,7 +125,7 @@ def input_finding(agg: PhaseAgg, cores: float | None,
                         f"{kind.capitalize()} waits for data {fmt_pct(d)} of the time",
                         evidence, vocab(framework_of(summary or {})).moderate_wait_fix,
                         f"at most {fmt_ratio(gain)} faster if the wait vanished", MEASURE_TUNE)
-    fix, change = _input_fix(agg, cores, summary or {})
+    fix, change = _input_fix(agg, cores, summary)
     gain = speedup_without(d, RESIDUAL_WAIT_FRAC)
     step = agg.get("step_ms_per_step")
     new_step = None if step is None else step * (1 - d) / (1 - RESIDUAL_WAIT_FRAC)
@@ -160,7 +161,7 @@ def other_bound_finding(agg: PhaseAgg, model: ModelFacts | None = None,
                         MEASURE_COMPARE)
     if v == "overhead-bound":
         o = agg["other_frac"] or 0.0
-        spe = keras_steps_per_execution(agg, summary or {})
+        spe = keras_steps_per_execution(agg, summary)
         return _finding(f"overhead_bound_{agg['phase']}", "medium",
                         f"{kind.capitalize()} is overhead-bound: {fmt_pct(o)} of every step is "
                         "loop overhead outside data, copy and compute",
@@ -182,12 +183,12 @@ SPE_RESIDUAL_FRAC = 0.05
 SPE_MAX = 64
 
 
-def keras_steps_per_execution(agg: PhaseAgg, summary: Mapping[str, Any]
+def keras_steps_per_execution(agg: PhaseAgg, summary: Summary | None
                               ) -> tuple[str, str, str] | None:
     """(fix, expected gain, evidence) for ``steps_per_execution`` on a Keras training phase whose
     measured batch-callback time (``other_frac``, claim ``keras_callback_overhead``) is material;
     None otherwise."""
-    if agg.get("phase") != "train" or framework_of(summary) != KERAS \
+    if summary is None or agg.get("phase") != "train" or framework_of(summary) != KERAS \
             or not holds(summary, "keras_callback_overhead"):
         return None
     o = agg["other_frac"] or 0.0
