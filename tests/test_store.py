@@ -121,3 +121,23 @@ def test_resume_continues_phase_ids(tmp_path: Path) -> None:
     assert w2.next_phase_id == 2
     w2.close()
     assert json.loads(json.dumps([p.phase for p in RunReader(tmp_path).phases()])) == ["train", "val"]
+
+
+def test_step_rows_keep_order_with_phases_and_go_in_many_per_insert(tmp_path: Path) -> None:
+    # Rows reach the writer through a deque, not the queue: a phase's end queued after its
+    # steps must still find them in (and 300 rows cross the 128-rows-per-INSERT batches).
+    from dataclasses import astuple, fields
+
+    from stepscope.store import db
+
+    assert [f.name for f in fields(StepRecord)] == db._STEP_COLS  # rows are in field order
+    w = RunWriter(tmp_path, RunInfo(name="rows", command="x"), commit_every_s=60.0)
+    w.put_phase(PhaseRecord(phase_id=0, epoch=1, phase="train", started=1.0))
+    for i in range(300):
+        w.add_step_row(astuple(_step(0, i)))
+    w.put_phase(PhaseRecord(phase_id=0, epoch=1, phase="train", started=1.0, ended=2.0,
+                            steps=300))
+    w.close()
+    r = RunReader(tmp_path)
+    assert [s.step for s in r.steps()] == list(range(300))
+    assert r.steps()[7] == _step(0, 7) and r.phases()[0].steps == 300
