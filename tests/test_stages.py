@@ -113,7 +113,7 @@ class _Loader:
 
 def test_spawned_workers_get_a_picklable_init_that_installs_the_hooks(
         board_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stepscope.observe.inject import stepscope_watch_stages as impl
+    from stepscope.observe.inject import stepscope_watch_stage_hooks as impl
 
     # Stand-in hooks: this process's real torch/PIL must stay unpatched.
     hooked: list[str] = []

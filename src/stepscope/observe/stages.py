@@ -4,6 +4,7 @@ The implementation lives beside the ``watch`` hooks because it must import only 
 library there; the Monitor and the trainer use it under this name.
 """
 
+from stepscope.observe.inject.stepscope_watch_stage_hooks import install_loaded
 from stepscope.observe.inject.stepscope_watch_stages import (
     ENV_DIR,
     SEQ_FACT_PREFIX,
@@ -13,7 +14,6 @@ from stepscope.observe.inject.stepscope_watch_stages import (
     ProcessStages,
     Stage,
     add_bytes,
-    install_loaded,
     phase_stages,
     read_boards,
     set_folder,

@@ -49,6 +49,7 @@ def _install(fd_text: str | None) -> None:
     import stepscope_watch_lightning
     import stepscope_watch_loop
     import stepscope_watch_recorder as recorder
+    import stepscope_watch_stage_hooks as stage_hooks
     import stepscope_watch_stages as stages
     import stepscope_watch_torch
 
@@ -76,7 +77,7 @@ def _install(fd_text: str | None) -> None:
         imported("torch")
         loops.append(stepscope_watch_torch.install(module, rec, recorder.count_images,
                                                    stepscope_watch_loop))
-        stages.install_torch(module)
+        stage_hooks.install_torch(module)
         stepscope_watch_dist.install(module, rec)
 
     def accelerate_hook(module: object) -> None:
@@ -111,9 +112,9 @@ def _install(fd_text: str | None) -> None:
         "tensorflow": lambda m: imported("tensorflow"),
         "jax": lambda m: imported("jax"),
         # Loader stages inside the training process and its forked workers.
-        "PIL.Image": stages.install_pil,
-        "cv2": stages.install_cv2,
-        "torchvision": stages.install_torchvision,
+        "PIL.Image": stage_hooks.install_pil,
+        "cv2": stage_hooks.install_cv2,
+        "torchvision": stage_hooks.install_torchvision,
     }
     imports.PostImportFinder(hooks, on_error).install()
 

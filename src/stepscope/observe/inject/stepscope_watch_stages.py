@@ -27,26 +27,12 @@ This module imports only the standard library: ``watch`` loads it into the user'
 interpreter (as ``stepscope_watch_stages``), and the Monitor uses it as
 ``stepscope.observe.stages``.
 
-Hooks
-Installed by the Monitor (for what is imported when it starts) and by ``watch`` (as each
-library is imported). Forked workers inherit the patched functions; a worker started with
-``spawn``/``forkserver`` is a fresh interpreter, so the hooked DataLoader iterator wraps its
-``worker_init_fn`` (:class:`WorkerHooks`), which installs them there first. Each hook costs one ``Stage`` enter/exit (~1 µs, ``bench/stage_hooks.py``)
-when ``STEPSCOPE_STAGES_DIR`` is set and a dictionary lookup when it is not.
-
-- torch: ``_MapDatasetFetcher.fetch`` / ``_IterableDatasetFetcher.fetch`` (one batch: every
-  ``dataset[i]`` plus ``collate_fn``), the fetcher's ``collate_fn`` and ``pin_memory``.
-- PIL: ``Image.open`` (read, with the file's size when given a path) and ``Image.Image.load``
-  (decode).
-- OpenCV: ``cv2.imread`` (read + decode, counted as decode, with the file's size) and
-  ``cv2.imdecode`` (decode).
-- torchvision: ``io.read_file`` (read), ``io.decode_*`` (decode), ``transforms.Compose.__call__``
-  and ``transforms.v2.Compose.__call__`` (transform).
+The hooks that feed these counters (torch, PIL, OpenCV, torchvision, spawned workers) are in
+``stepscope_watch_stage_hooks``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import threading
@@ -54,7 +40,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ENV_DIR = "STEPSCOPE_STAGES_DIR"
@@ -447,179 +432,3 @@ class WatchPhases:
         out.update({"loader_workers": workers, "persistent_workers": None,
                     "wait_cpu_s": self.wait_cpu_s - self._cpu0, "stages_measured": True})
         return out
-
-
-# --------------------------------------------------------------------------- library hooks
-
-
-def _path_size(fp: Any, *_: Any, **__: Any) -> int:
-    if isinstance(fp, (str, bytes, os.PathLike)):
-        return os.stat(fp).st_size
-    return 0
-
-
-def install_torch(torch: ModuleType) -> None:
-    """Time every fetch, collate and pin of torch's DataLoader."""
-    fetch_mod = torch.utils.data._utils.fetch
-    for cls in (fetch_mod._MapDatasetFetcher, fetch_mod._IterableDatasetFetcher):
-        if getattr(cls.fetch, "_stepscope_stage", None):
-            continue
-        cls.fetch = _timed_fetch(cls.fetch)
-    pin_mod = torch.utils.data._utils.pin_memory
-    pin_mod.pin_memory = timed("pin", pin_mod.pin_memory)
-    it = torch.utils.data.dataloader._MultiProcessingDataLoaderIter
-    if not getattr(it.__init__, "_stepscope_stage", None):
-        it.__init__ = _hooking_spawned_workers(it.__init__)
-
-
-class WorkerHooks:
-    """A DataLoader's ``worker_init_fn`` that first installs the stage hooks in the worker.
-
-    A worker started with ``spawn`` or ``forkserver`` is a fresh interpreter: it imports torch
-    (and the dataset's modules) unpatched, so without this it times nothing. The worker calls
-    its ``worker_init_fn`` after unpickling the dataset (whose imports — PIL, cv2,
-    torchvision — are loaded by then) and before it builds its fetcher, so the hooks are in
-    place for every batch. The counters' folder comes with the environment it inherits.
-    """
-
-    def __init__(self, init_fn: Callable[[int], Any] | None) -> None:
-        self.init_fn = init_fn
-
-    def __call__(self, worker_id: int) -> None:
-        import importlib
-
-        # The libraries imported so far are hooked at once, those the dataset imports later
-        # (inside __getitem__) as they are imported. A hook that fails leaves that library
-        # untimed: a worker has no run to write a note into, and must never fail for us.
-        package = __name__.rpartition(".")[0]
-        try:
-            imports = importlib.import_module(
-                f"{package}.stepscope_watch_imports" if package else "stepscope_watch_imports")
-            imports.PostImportFinder(_hook_table(), lambda name, exc: None).install()
-        except Exception:
-            pass
-        if self.init_fn is not None:
-            self.init_fn(worker_id)
-
-
-def _start_method(loader: Any) -> str | None:
-    ctx = loader.multiprocessing_context
-    if ctx is None:
-        import multiprocessing
-
-        # What the iterator's queues are about to fix anyway (torch.multiprocessing's default).
-        ctx = multiprocessing.get_context()
-    try:
-        return str(ctx.get_start_method())
-    except Exception:  # an odd context object: leave its workers alone
-        return None
-
-
-def _hooking_spawned_workers(orig: Any) -> Any:
-    def __init__(self: Any, loader: Any) -> None:
-        method = _start_method(loader)
-        if _folder is None or method not in ("spawn", "forkserver"):
-            # Forked workers inherit the patched functions and the folder.
-            return orig(self, loader)
-        import sys
-
-        # The worker unpickles WorkerHooks by its module's name. Under ``watch`` that is the
-        # top-level ``stepscope_watch_stages``, whose folder ``sitecustomize`` took off
-        # sys.path again; a spawned process starts with its parent's sys.path, so it is put
-        # back (last, shadowing nothing) only while the workers start.
-        here = os.path.dirname(os.path.abspath(__file__))
-        added = "." not in __name__ and here not in sys.path
-        user_fn = loader.worker_init_fn
-        try:
-            if added:
-                sys.path.append(here)
-            loader.worker_init_fn = WorkerHooks(user_fn)
-            orig(self, loader)
-        finally:
-            loader.worker_init_fn = user_fn
-            if added:
-                with contextlib.suppress(ValueError):
-                    sys.path.remove(here)
-
-    __init__._stepscope_stage = "workers"  # type: ignore[attr-defined]
-    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
-    return __init__
-
-
-def _timed_fetch(orig: Any) -> Any:
-    def fetch(self: Any, possibly_batched_index: Any) -> Any:
-        cf = self.collate_fn
-        if not getattr(cf, "_stepscope_stage", None):
-            self.collate_fn = timed("collate", cf)
-        items = len(possibly_batched_index) if self.auto_collation else 1
-        with BatchTimer(items):
-            return orig(self, possibly_batched_index)
-
-    fetch._stepscope_stage = "fetch"  # type: ignore[attr-defined]
-    return fetch
-
-
-def install_pil(pil_image: Any) -> None:
-    """``PIL.Image``: open reads (a path) or parses (a buffer); load decodes."""
-    orig_open = pil_image.open
-    if getattr(orig_open, "_stepscope_stage", None):
-        return
-
-    def open_(fp: Any, *args: Any, **kwargs: Any) -> Any:
-        is_path = isinstance(fp, (str, bytes, os.PathLike))
-        with Stage("read" if is_path else "decode", _path_size(fp) if is_path else 0):
-            return orig_open(fp, *args, **kwargs)
-
-    open_._stepscope_stage = "read"  # type: ignore[attr-defined]
-    pil_image.open = open_
-    pil_image.Image.load = timed("decode", pil_image.Image.load)
-
-
-def install_cv2(cv2: Any) -> None:
-    """OpenCV's file and buffer decoders."""
-    if hasattr(cv2, "imread"):
-        cv2.imread = timed("decode", cv2.imread, _path_size)
-    if hasattr(cv2, "imdecode"):
-        cv2.imdecode = timed("decode", cv2.imdecode)
-
-
-def install_torchvision(tv: ModuleType) -> None:
-    """torchvision's file reader, decoders and Compose."""
-    io = getattr(tv, "io", None)
-    if io is not None:
-        if hasattr(io, "read_file"):
-            io.read_file = timed("read", io.read_file, _path_size)
-        for name in ("decode_jpeg", "decode_png", "decode_image", "decode_webp", "read_image"):
-            if hasattr(io, name):
-                setattr(io, name, timed("decode", getattr(io, name)))
-    for mod_name in ("transforms", "transforms.v2"):
-        mod: Any = tv
-        for part in mod_name.split("."):
-            mod = getattr(mod, part, None)
-            if mod is None:
-                break
-        compose = getattr(mod, "Compose", None) if mod is not None else None
-        if compose is not None and "__call__" in vars(compose):
-            compose.__call__ = timed("transform", compose.__call__)
-        elif compose is not None and "forward" in vars(compose):
-            compose.forward = timed("transform", compose.forward)
-
-
-def _hook_table() -> dict[str, Callable[[Any], None]]:
-    return {"torch": install_torch, "PIL.Image": install_pil, "cv2": install_cv2,
-            "torchvision": install_torchvision}
-
-
-def install_loaded(modules: dict[str, ModuleType]) -> list[str]:
-    """Install every hook whose library is already imported; the names of those installed."""
-    done: list[str] = []
-    for name, install in _hook_table().items():
-        mod = modules.get(name)
-        if mod is None:
-            continue
-        try:
-            install(mod)
-            done.append(name)
-        except (AttributeError, TypeError):  # an unexpected library version: no stage timing
-            continue
-    return done
