@@ -173,3 +173,38 @@ def test_diagnosis_from_rollups_matches_raw_steps_on_a_real_run(
         assert r.steps() == [] and r.aggregates.step_count() > 0
     raw_view, rolled_view = _diagnosis(run), _diagnosis(rolled)
     assert raw_view[0] and raw_view == rolled_view
+
+
+def test_a_step_out_of_time_order_is_still_rolled_up_once(tmp_path: Path) -> None:
+    # Each slice reads its own rowids, bisected on t_start; a step emitted late (a GPU step
+    # resolved after the next CPU step) sits outside its slice's rowids, and the pass is then
+    # read slice by slice over the whole range instead. Both ways every step counts once.
+    steps = _steps(3000, per_s=100.0)  # 30 s: three slices per pass of many
+    late = steps.pop(995)  # t = 9.95 s, the first slice; written among the second slice's steps
+    steps.insert(1010, late)
+    _write(tmp_path, steps, keep=0)
+    con = sqlite3.connect(tmp_path / "run.db")
+    rows = con.execute("SELECT phase_id, warmup, bucket, SUM(steps), SUM(data_wait_sum) "
+                       "FROM step_rollups GROUP BY 1, 2, 3").fetchall()  # passes add up
+    assert sum(r[3] for r in rows) == 3000
+    for phase, warm, bucket, n, total in rows:
+        mine = [s.data_wait_s for s in steps if s.phase_id == phase
+                and s.warmup == bool(warm) and int(s.t_start // 10.0) == bucket]
+        assert n == len(mine) and abs(total - sum(mine)) < 1e-9
+
+
+def test_steps_written_faster_than_they_happened_keep_the_raw_window(tmp_path: Path) -> None:
+    # 300 s of steps written in well under the writer's roll-up period: the passes follow the
+    # slices the steps finish, not the wall clock, so the raw window holds (one long pass could
+    # drop nothing: raw rows go a whole pass at a time).
+    w = RunWriter(tmp_path, RunInfo(name="r", command="x"), commit_every_s=3600.0,
+                  rollup_every_s=3600.0, keep_raw_steps=1000)
+    for s in _steps(6000, per_s=20.0):
+        w.add_step(s)
+        if s.step % 500 == 0:
+            w.flush()
+    w.flush()
+    with RunReader(tmp_path) as r:
+        assert len(r.steps()) <= 1000 + 500 + 200  # the window, one flush, one slice
+        assert sum(t.steps for t in r.aggregates.step_totals()) == 6000
+    w.close()

@@ -76,6 +76,7 @@ _PHASE_COLS = ["phase_id", "epoch", "phase", "started", "ended", "steps", "image
 STEP_DRAIN_S = 0.1
 _STEP_COLS = ["phase_id", "step", "t_start", "wall_s", "data_wait_s", "transfer_s", "compute_s", "other_s", "images", "warmup", "comm_s", "loss"]
 _STEP_ROW = operator.attrgetter(*_STEP_COLS)
+_T_START = _STEP_COLS.index("t_start")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -121,6 +122,9 @@ class RunWriter:
         self._keep_raw_samples_s = keep_raw_samples_s
         self._newest_sample_t = 0.0
         self._last_rollup = time.monotonic()
+        # The newest step's roll-up slice, and the slice of the newest step at the last roll-up:
+        # once a step of a later slice arrives there is a finished slice to fold.
+        self._newest_slice = self._rolled_slice = -1
         self.error: str | None = None  # why recording stopped (a write failed), if it did
         # Steps reach the writer through a deque: ``append`` and ``popleft`` are atomic under
         # the interpreter lock, so the producer's side is one C call, no lock and no wake-up
@@ -271,6 +275,7 @@ class RunWriter:
     def _roll_up(self, con: sqlite3.Connection, final: bool) -> None:
         """Fold old raw rows into roll-ups (see :mod:`stepscope.store.rollups`)."""
         self._last_rollup = time.monotonic()
+        self._rolled_slice = self._newest_slice
         rollups.roll_up_steps(con, final=final, keep_raw=self._keep_raw_steps)
         if self._newest_sample_t:
             rollups.roll_up_samples(con, self._newest_sample_t, keep_raw_s=self._keep_raw_samples_s)
@@ -279,14 +284,23 @@ class RunWriter:
         # Steps still in the producer's batch go in too: a slow loop's last step shows within
         # one commit period, not one step later.
         self._apply(con, "steps", None)
-        if time.monotonic() - self._last_rollup >= self._rollup_every_s:
+        # Every few seconds, and whenever a slice has finished since: steps written faster
+        # than they happened (a replay, a bench) would otherwise fill whole slices between two
+        # roll-ups, and raw rows are dropped only a whole pass at a time, so one long pass kept
+        # every one of them past the raw window.
+        if time.monotonic() - self._last_rollup >= self._rollup_every_s \
+                or self._newest_slice > self._rolled_slice:
             self._roll_up(con, final=False)
         con.execute("UPDATE runs SET heartbeat=? WHERE id=1", (self._clock(),))
         con.commit()
 
     def _apply(self, con: sqlite3.Connection, kind: str, p: Any) -> None:
         if kind == "steps":
-            _insert_steps(con, self._take_step_rows())
+            rows = self._take_step_rows()
+            if rows:
+                _insert_steps(con, rows)
+                self._newest_slice = max(self._newest_slice,
+                                         int(rows[-1][_T_START] // rollups.STEP_INTERVAL_S))
         elif kind == "samples":
             if p:
                 self._newest_sample_t = max(self._newest_sample_t, max(s.t for s in p))

@@ -148,19 +148,47 @@ def prepare_writer(con: sqlite3.Connection) -> None:
 
 def _insert_step_rollups(con: sqlite3.Connection, lo: int, hi: int, interval_s: float) -> None:
     # GROUP BY would sort every row; the rows of a pass are a few seconds of steps from one or
-    # two phases, so the candidate groups are few and each is one streaming scan of the range.
+    # two phases, so the candidate groups are few and each is one streaming scan of its slice.
     rng = {"lo": lo, "hi": hi}
     where = "rowid > :lo AND rowid <= :hi"
     pairs = con.execute(f"SELECT DISTINCT phase_id, warmup FROM steps WHERE {where}", rng).fetchall()
-    t_min, t_max = con.execute(f"SELECT MIN(t_start), MAX(t_start) FROM steps WHERE {where}",
-                               rng).fetchone()
+    t_min, t_max, n = con.execute(
+        f"SELECT MIN(t_start), MAX(t_start), COUNT(*) FROM steps WHERE {where}", rng).fetchone()
+    buckets = range(math.floor(t_min / interval_s), math.floor(t_max / interval_s) + 1)
+    rows = _step_rollup_rows(con, lo, hi, pairs, buckets, interval_s, by_slice=True)
+    if sum(r[7] for r in rows) != n:
+        # A step out of time order (a GPU step emitted late) fell outside its slice's rowids:
+        # every slice scans the whole pass instead.
+        rows = _step_rollup_rows(con, lo, hi, pairs, buckets, interval_s, by_slice=False)
+    if rows:
+        con.executemany(
+            f"INSERT INTO step_rollups VALUES ({','.join('?' * len(rows[0]))})", rows
+        )
+
+
+def _step_rollup_rows(con: sqlite3.Connection, lo: int, hi: int, pairs: list[Any],
+                      buckets: range, interval_s: float, *, by_slice: bool) -> list[tuple[Any, ...]]:
+    """Roll-up rows of the pass (lo, hi], one per slice and (phase, warm-up) pair.
+
+    ``by_slice``: each slice reads only its own rowids, found by bisecting on t_start (steps
+    arrive in time order). Scanning the whole pass for every slice made a pass that spans many
+    slices (a long gap between roll-ups, or ``compact_run`` on a finished run) quadratic.
+    """
     cols = _part_columns()
     aggs = ", ".join(f"SUM({c}), MIN({c}), MAX({c})" for c in cols)
-    group = f"{where} AND phase_id IS :p AND warmup IS :u AND t_start >= :t0 AND t_start < :t1"
+    group = ("rowid >= :blo AND rowid <= :bhi AND phase_id IS :p AND warmup IS :u "
+             "AND t_start >= :t0 AND t_start < :t1")
+    starts = [lo + 1]
+    if by_slice:
+        starts += [_first_rowid_at(con, lo, hi, b * interval_s) for b in buckets[1:]]
     rows = []
-    for b in range(math.floor(t_min / interval_s), math.floor(t_max / interval_s) + 1):
+    for i, b in enumerate(buckets):
+        blo, bhi = (starts[i], starts[i + 1] - 1 if i + 1 < len(starts) else hi) if by_slice \
+            else (lo + 1, hi)
+        if blo > bhi:
+            continue
         for phase_id, warmup in pairs:
-            args = {**rng, "p": phase_id, "u": warmup, "t0": b * interval_s,
+            args = {"blo": blo, "bhi": bhi, "p": phase_id, "u": warmup, "t0": b * interval_s,
                     "t1": (b + 1) * interval_s}
             *g, first, last = con.execute(
                 f"SELECT MIN(t_start), MAX(t_start + wall_s), MIN(step), MAX(step), COUNT(*), "
@@ -170,10 +198,22 @@ def _insert_step_rollups(con: sqlite3.Connection, lo: int, hi: int, interval_s: 
             if g[4]:
                 rows.append((*_rollup_row(con, (phase_id, warmup, b, *g), group,
                                           {**args, "first": first, "last": last}), hi, 0))
-    if rows:
-        con.executemany(
-            f"INSERT INTO step_rollups VALUES ({','.join('?' * len(rows[0]))})", rows
-        )
+    return rows
+
+
+def _first_rowid_at(con: sqlite3.Connection, lo: int, hi: int, t: float) -> int:
+    """The first rowid in (lo, hi] of a step starting at or after ``t``, if the steps there are
+    in time order (``hi + 1`` if none): a bisection of rowid seeks, never a scan."""
+    a, b = lo + 1, hi + 1
+    while a < b:
+        mid = (a + b) // 2
+        row = con.execute("SELECT rowid, t_start FROM steps WHERE rowid >= ? AND rowid <= ? "
+                          "ORDER BY rowid LIMIT 1", (mid, hi)).fetchone()
+        if row is None or row[1] >= t:
+            b = mid
+        else:
+            a = row[0] + 1
+    return a
 
 
 def _rollup_row(con: sqlite3.Connection, g: tuple[Any, ...], group: str,
