@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value_json TEXT, how_mea
 
 _PHASE_COLS = ["phase_id", "epoch", "phase", "started", "ended", "steps", "images", "resident_frac_start", "resident_frac_end", "read_bytes_start", "read_bytes_end", "rchar_start", "rchar_end", "workers", "rank"]
 STEP_DRAIN_S = 0.1
+LATEST_STEPS = 50  # steps kept for live views (RunWriter.latest_step_rows)
 _STEP_COLS = ["phase_id", "step", "t_start", "wall_s", "data_wait_s", "transfer_s", "compute_s", "other_s", "images", "warmup", "comm_s", "loss"]
 _STEP_ROW = operator.attrgetter(*_STEP_COLS)
 _T_START = _STEP_COLS.index("t_start")
@@ -133,6 +134,7 @@ class RunWriter:
         # is at most one commit behind.
         self._step_rows: deque[tuple[Any, ...]] = deque()
         self.add_step_row = self._step_rows.append
+        self._recent_rows: deque[tuple[Any, ...]] = deque(maxlen=LATEST_STEPS)
         con = _connect(self.path)
         try:
             with con:
@@ -261,10 +263,21 @@ class RunWriter:
             with contextlib.suppress(sqlite3.Error):
                 con.rollback()
 
+    def latest_step_rows(self) -> list[tuple[Any, ...]]:
+        """The newest LATEST_STEPS steps handed over, as rows (a progress line's figures).
+
+        Rows leave the queue before they join the drained ones, so a row in transit is missed
+        for a moment, never counted twice.
+        """
+        rows = [*self._recent_rows, *self._step_rows]
+        return rows[-LATEST_STEPS:]
+
     def _take_step_rows(self) -> list[tuple[Any, ...]]:
         # Only this thread pops, so the length read first is a floor of what is there.
         pop = self._step_rows.popleft
-        return [pop() for _ in range(len(self._step_rows))]
+        rows = [pop() for _ in range(len(self._step_rows))]
+        self._recent_rows.extend(rows[-LATEST_STEPS:])
+        return rows
 
     def _finish(self, con: sqlite3.Connection) -> None:
         self._roll_up(con, final=True)
