@@ -9,13 +9,13 @@ import pytest
 from stepscope.analysis.capacity import (
     LoaderFigures,
     build_capacity,
-    job_cores,
     predict_persistent,
     predict_workers,
     workers_target,
 )
 from stepscope.analysis.causes import decide_cause_from_stages
 from stepscope.analysis.verdicts import InputEvidence, decide_verdict
+from stepscope.policy import job_cpu_capacity
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
@@ -44,7 +44,9 @@ def _cause(lf: LoaderFigures, ev: InputEvidence, cores: float, phase: dict[str, 
 
 
 def test_job_cores_take_the_tighter_of_affinity_and_quota() -> None:
-    assert job_cores(2, None) == 2 and job_cores(8, 1.5) == 1.5 and job_cores(None, None) is None
+    # the capacity model reads the job's cores through policy's one rule (fraction kept)
+    assert job_cpu_capacity(2, None) == 2 and job_cpu_capacity(8, 1.5) == 1.5
+    assert job_cpu_capacity(None, None) is None
 
 
 def test_sleeping_loader_with_idle_cores_needs_workers() -> None:

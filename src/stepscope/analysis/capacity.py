@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
 from stepscope.analysis.contracts_summary import CapacityRow, PredictionRow
-from stepscope.policy import job_cpu_capacity
 
 # Headroom asked of the loaders over what the model consumes: steps vary, and a queue that is
 # only just fed still stalls on every slow batch.
@@ -146,12 +145,6 @@ class Capacity:
     def to_dict(self) -> CapacityRow:
         # The row's keys are this dataclass's fields, one for one (contracts_summary.CapacityRow).
         return cast("CapacityRow", dict(vars(self)))
-
-
-def job_cores(affinity: float | None, quota: float | None) -> float | None:
-    """The cores this job may use: its affinity, capped by a cgroup CPU quota (as CPU capacity:
-    :func:`stepscope.policy.job_cpu_capacity`)."""
-    return job_cpu_capacity(affinity, quota)
 
 
 def obtainable_cores(cores: float | None, phase: PhaseFigures) -> float | None:

@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any, cast
 
-from stepscope.analysis.capacity import job_cores
 from stepscope.analysis.contracts_summary import (
     CheckpointsSection,
     DatasetFacts,
@@ -47,7 +46,7 @@ from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.verdicts import decide_verdict, gpu_cross_check
 from stepscope.analysis.vocab import KERAS, framework_of, vocab
 from stepscope.atomic import atomic_write_text
-from stepscope.policy import weighted_mean
+from stepscope.policy import job_cpu_capacity, weighted_mean
 from stepscope.store.db import RunReader
 from stepscope.store.records import Fact, PhaseRecord, RunInfo, StepRecord
 from stepscope.store.rundir import RunDir
@@ -99,7 +98,8 @@ def _stage_facts(facts: dict[str, Fact]) -> dict[int, Any]:
 
 def _job_cores(facts: dict[str, Fact], cache: SampleCache) -> float | None:
     """The cores this job may use: affinity capped by the cgroup quota (not the host's)."""
-    found = job_cores(_fact(facts, "env.cpu_count"), _fact(facts, "env.cpu_quota_cores"))
+    # CPU capacity, not whole cores: a 1.5-core quota runs 1.5 core-seconds a second of loading.
+    found = job_cpu_capacity(_fact(facts, "env.cpu_count"), _fact(facts, "env.cpu_quota_cores"))
     return found if found is not None else _cores(facts, cache)
 
 
