@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.metrics import FACTS, METRICS, fact, metric, metric_names
+from stepscope.metrics import CHARTS, FACTS, METRICS, chart_sources, fact, metric, metric_names
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
@@ -75,3 +75,12 @@ def test_records_md_documents_every_registered_name() -> None:
                if f"`{m.metric}`" not in doc or f"`{m.source}`" not in doc]
     missing += [f.key for f in FACTS if f"`{f.key}`" not in doc]
     assert missing == []
+
+
+def test_every_chart_names_a_registered_series() -> None:
+    # A typo in CHARTS would chart nothing, silently: each key must be a registered row.
+    rows = {(m.source, m.metric) for m in METRICS}
+    assert set(CHARTS) <= rows
+    assert {(m.source, m.metric) for m in METRICS if m.chart} == set(CHARTS)
+    assert chart_sources(metric("torch:cuda1", "reserved_bytes"), ["torch:cuda1", "gpu1"]) == [
+        ("torch:cuda1", "torch:cuda1 reserved by PyTorch's allocator")]

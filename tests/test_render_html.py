@@ -196,3 +196,33 @@ def test_nav_and_body_come_from_one_section_list(small_run: Any, tmp_path: Path)
     assert set(nav) <= set(ids)
     assert "explain" not in nav  # no answers: no section, no dangling link
     assert ids == [s.anchor for s in SECTIONS if s.anchor in ids]
+
+
+def test_a_charted_registry_series_reaches_the_report_without_a_renderer_edit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new sampler's series: registered with a chart, recorded in the run, and nothing else.
+    from stepscope import metrics
+    fan = metrics.Metric("fan<N>", "speed_rpm", "rpm", "fan speed (a made-up sampler)",
+                         metrics.Chart("cooling", "fan speed", "{source} speed"))
+    swap = metrics.Metric("host", "swap_used_bytes", "B", "swap in use (made up)",
+                          metrics.Chart("memory", "memory", "machine: swap", 2))
+    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, fan, swap))
+    run_dir = _evil_run(tmp_path / "run")
+    w = RunWriter(run_dir, RunInfo(name="fan", command="x", started=1_000.0, pid=7),
+                  clock=lambda: 1_060.0)
+    w.add_samples(Sample(1_000.0 + i, src, name, v) for i in range(60)
+                  for src, name, v in (("fan1", "speed_rpm", 1200.0),
+                                       ("host", "swap_used_bytes", 2e9)))
+    w.close("completed")
+    with RunReader(run_dir) as r:
+        tl = load_timeline(r)
+    summary: Any = {"run": {"name": "fan"}, "phases": [], "memory": {}, "findings": [],
+                    "ranks": []}
+    html = write_report(tmp_path / "report.html", summary, tl, [], {}).read_text()
+    assert 'id="series"' in html and "fan1 speed" in html and "fan speed (a made-up sampler)" in html
+    memory = html.split('id="memory"', 1)[1].split("</section>", 1)[0]
+    assert "machine: swap" in memory and "Host memory" in memory
+    monkeypatch.setattr(metrics, "METRICS", tuple(m for m in metrics.METRICS
+                                                  if m not in (fan, swap)))
+    html = write_report(tmp_path / "report.html", summary, tl, [], {}).read_text()
+    assert 'id="series"' not in html and "fan1 speed" not in html and 'id="memory"' not in html

@@ -3,7 +3,8 @@
 The samplers and the trainer write these names, the analysis and the report read them, and
 ``docs/records.md`` documents them; ``tests/test_metrics.py`` checks that every name the code
 writes is registered here and that the docs list every registered name. To add a sampler's
-series: write it in ``observe/``, register it here, document it in ``docs/records.md``.
+series: write it in ``observe/``, register it here, document it in ``docs/records.md``; give
+it a :class:`Chart` in ``CHARTS`` and the HTML report draws it (no renderer edit).
 
 Units are in the names (``_s`` seconds, ``_bytes`` bytes, ``_pct`` percent 0-100 where for a
 process 100 = one core busy, ``_frac`` 0-1, ``_per_s`` a rate); sources with ``<N>``, ``<pid>``
@@ -23,17 +24,38 @@ Examples:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Chart:
+    """Where the HTML report draws a series over time.
+
+    Series with the same ``section`` and ``title`` share one chart (``title`` is its y-axis);
+    ``order`` is the series family's place in that chart (series of one order are drawn source
+    by source, in ``CHARTS``'s order: ``torch:cuda0`` reserved, allocated, then ``torch:cuda1``);
+    ``label`` is the line's legend, where ``{source}`` and a family's placeholders (``{dev}``,
+    ``{N}``) take the recorded source's values. A section the report does not know (other than
+    cpu, gpu, disk, memory) is drawn under the report's "More series".
+    """
+
+    section: str
+    title: str
+    label: str
+    order: int = 0
 
 
 @dataclass(frozen=True)
 class Metric:
-    """One series: where it comes from, what it is called, its unit, what it means."""
+    """One series: where it comes from, what it is called, its unit, what it means, and the
+    chart the report draws it in (None: not charted over time)."""
 
     source: str
     metric: str
     unit: str
     meaning: str
+    chart: Chart | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +80,7 @@ def _unit(name: str) -> str:
     return "count"
 
 
-METRICS: tuple[Metric, ...] = tuple(
+_METRICS: tuple[Metric, ...] = tuple(
     _m("host", "*", {
         "cpu_util_pct": "mean over the job's cores",
         "mem_total_bytes": "/proc/meminfo MemTotal",
@@ -120,6 +142,37 @@ METRICS: tuple[Metric, ...] = tuple(
     })
     + _m("trainer", "*", {"checkpoint_write_s": "one checkpoint write, at its time"})
 )
+
+
+# The series the HTML report charts over time, keyed by (source family, metric). Sections
+# "cpu", "gpu", "disk" and "memory" are the report's; their prose lives in render/html.py.
+CHARTS: dict[tuple[str, str], Chart] = {
+    ("host", "cpu_util_pct"): Chart("cpu", "CPU busy (%)", "all cores (mean)"),
+    ("gpu<N>", "util_pct"): Chart("gpu", "GPU utilization (%)", "{source} utilization (NVML)"),
+    ("gpu<N>", "mem_util_pct"): Chart("gpu", "GPU utilization (%)",
+                                      "{source} memory-bus utilization", 1),
+    ("gpu<N>", "mem_used_bytes"): Chart("gpu", "GPU memory", "{source} used (NVML, all processes)"),
+    ("torch:cuda<N>", "reserved_bytes"): Chart("gpu", "GPU memory",
+                                               "{source} reserved by PyTorch's allocator", 1),
+    ("torch:cuda<N>", "allocated_bytes"): Chart("gpu", "GPU memory",
+                                                "{source} allocated by tensors", 1),
+    ("tree", "read_rate_bytes_per_s"): Chart("disk", "read rate",
+                                             "physical reads from disk (training)"),
+    ("tree", "cache_read_rate_bytes_per_s"): Chart("disk", "read rate",
+                                                   "reads served by the page cache"),
+    ("disk:<dev>", "read_bytes_per_s"): Chart("disk", "read rate",
+                                              "{dev} device total (all processes)", 1),
+    ("pagecache", "dataset_resident_frac"): Chart("disk", "dataset cached (%)",
+                                                  "dataset files resident in the page cache"),
+    ("host", "mem_used_bytes"): Chart("memory", "memory", "machine: used"),
+    ("host", "mem_cached_bytes"): Chart("memory", "memory", "machine: page cache"),
+    ("tree", "rss_bytes"): Chart("memory", "memory", "training processes: RSS (shared pages "
+                                 "counted per process)", 1),
+    ("tree", "uss_bytes"): Chart("memory", "memory", "training processes: USS (own pages)", 1),
+}
+
+METRICS: tuple[Metric, ...] = tuple(replace(m, chart=CHARTS.get((m.source, m.metric)))
+                                    for m in _METRICS)
 
 FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "dataset.files": "files of the dataset (train + val)",
@@ -214,9 +267,26 @@ def fact(key: str) -> FactKey:
     raise KeyError(f"fact {key} is not in stepscope.metrics.FACTS")
 
 
+def chart_sources(m: Metric, sources: Iterable[str]) -> list[tuple[str, str]]:
+    """The recorded ``sources`` that are of ``m``'s family, with ``m.chart``'s label filled in.
+
+    Examples:
+        >>> chart_sources(metric("disk:sda", "read_bytes_per_s"), ["disk:sda", "gpu0", "host"])
+        [('disk:sda', 'sda device total (all processes)')]
+    """
+    if m.chart is None:
+        return []
+    pat = re.compile("".join(f"(?P<{part[1:-1]}>[^:.]+)" if part.startswith("<")
+                             else re.escape(part)
+                             for part in re.split(r"(<[A-Za-z]+>)", m.source)) + "$")
+    return [(s, m.chart.label.format(source=s, **found.groupdict()))
+            for s in sorted(sources) if (found := pat.match(s))]
+
+
 def metric_names() -> frozenset[str]:
     """Every registered series name, whatever its source."""
     return frozenset(m.metric for m in METRICS)
 
 
-__all__ = ["FACTS", "METRICS", "FactKey", "Metric", "fact", "metric", "metric_names"]
+__all__ = ["CHARTS", "FACTS", "METRICS", "Chart", "FactKey", "Metric", "chart_sources", "fact",
+           "metric", "metric_names"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from stepscope.analysis.timeline import Series, Timeline, sum_series
 from stepscope.atomic import atomic_write_text
 from stepscope.render.html_page import empty, how, page, section
 from stepscope.render.html_ranks import ranks_section
+from stepscope.render.html_series import Look, chart_parts, section_names, series_charts
 from stepscope.render.input_charts import input_section_parts, throughput_chart
 from stepscope.render.svg import (
     PALETTE,
@@ -91,27 +92,47 @@ def _chart(tl: Timeline, lines: list[Line], *, unit: str, y_label: str,
     return svg + legend(keys + _band_legend())
 
 
-def _named(tl: Timeline, pairs: Iterable[tuple[str, str, str]], scale: float = 1.0) -> list[Line]:
-    """Lines for the (source, metric, label) pairs that were recorded, coloured in turn."""
-    out: list[Line] = []
-    for source, metric, label in pairs:
-        s = tl.get(source, metric)
-        if s is not None:
-            out.append(_line(s, label, PALETTE[len(out) % len(PALETTE)], scale))
-    return out
+# The prose and drawing of the registry's charts (stepscope.metrics.CHARTS); a charted series
+# whose chart is not listed here is still drawn, with its registered meaning as the note.
+_LOOKS: dict[tuple[str, str], Look] = {
+    ("cpu", "CPU busy (%)"): Look(
+        how="The machine's CPU: 100 % means every core was busy. The light band around the line "
+            "spans the lowest and highest sample in each time slice, so short bursts stay "
+            "visible. Blue background: training; orange: validation.", width=2),
+    ("gpu", "GPU utilization (%)"): Look(
+        how="Share of each sampling interval in which the GPU ran at least one kernel."),
+    ("gpu", "GPU memory"): Look(
+        how="What nvidia-smi shows (used) against what the framework holds (reserved) and what "
+            "tensors really use (allocated). A gap between used and reserved is the CUDA "
+            "context and other processes."),
+    ("disk", "read rate"): Look(
+        how="Red: bytes the training's processes read from the storage device. Green: bytes "
+            "they read that the operating system served from its page cache (memory) instead. "
+            "Once the dataset is cached, red drops to zero while green stays: the program "
+            "still reads every file, the disk does not.", colors=(2, 3, 0, 4)),
+    ("disk", "dataset cached (%)"): Look(
+        how="Share of the dataset's bytes held in the operating system's page cache (checked "
+            "with mincore). At 100 % every file read is served from memory.",
+        head="Dataset in the page cache",
+        empty="Page-cache residency of the dataset was not recorded.", width=2, colors=(3,),
+        height=190),
+    ("memory", "memory"): Look(
+        how="Machine memory in use and in the page cache, and the training's processes. "
+            "Forked loading workers share most pages with the main process, so their RSS "
+            "counts the same pages again; USS counts each page once."),
+}
+_KNOWN_SECTIONS = ("cpu", "gpu", "disk", "memory")
+
+
+def _registered(tl: Timeline, section: str) -> list[str]:
+    """The section's charts of sampled series, as the metrics registry lists them."""
+    return chart_parts(series_charts(tl, section, _LOOKS), lambda c: _chart(
+        tl, c.lines, unit=c.unit, y_label=c.title, y_max=c.y_max, height=c.look.height))
 
 
 # -- sections: utilization -----------------------------------------------------------------------
 def _cpu_section(tl: Timeline) -> Body:
-    parts = []
-    host = tl.get("host", "cpu_util_pct")
-    if host is not None:
-        parts.append(_chart(tl, [_line(host, "all cores (mean)", PALETTE[0], width=2)],
-                            unit="pct", y_label="CPU busy (%)", y_max=100.0))
-        parts.append(how("The machine's CPU: 100 % means every core was busy. The light band "
-                          "around the line spans the lowest and highest sample in each time "
-                          "slice, so short bursts stay visible. Blue background: training; "
-                          "orange: validation."))
+    parts = _registered(tl, "cpu")
     cores = sorted(tl.sources("cpu_util_pct", "cpu"), key=lambda s: (len(s), s))
     if cores:
         rows = [(c, tl.series[(c, "cpu_util_pct")].t, tl.series[(c, "cpu_util_pct")].mean)
@@ -153,76 +174,32 @@ def _process_cpu(tl: Timeline) -> str:
 
 
 def _gpu_section(tl: Timeline) -> Body:
-    gpus = [s for s in tl.sources("util_pct", "gpu") if ":" not in s]
-    if not gpus:
+    parts = _registered(tl, "gpu")
+    if not parts:
         notes = [n for n in tl.notes if n[1].startswith(("gpu", "nvml"))]
         text = "No GPU was recorded in this run" + (
             ": " + "; ".join(n[2] for n in notes) if notes else ".")
         return "GPU", [empty(text)]
-    util = _named(tl, [(g, "util_pct", f"{g} utilization (NVML)") for g in gpus])
-    util += _named(tl, [(g, "mem_util_pct", f"{g} memory-bus utilization") for g in gpus])
-    mem_pairs = [(g, "mem_used_bytes", f"{g} used (NVML, all processes)") for g in gpus]
-    for src in tl.sources("allocated_bytes", "torch:"):
-        mem_pairs += [(src, "reserved_bytes", f"{src} reserved by PyTorch's allocator"),
-                      (src, "allocated_bytes", f"{src} allocated by tensors")]
-    return "GPU", [
-        f'<p class="note">{esc(NVML_NOTE)}</p>',
-        _chart(tl, util, unit="pct", y_label="GPU utilization (%)", y_max=100.0),
-        how("Share of each sampling interval in which the GPU ran at least one kernel."),
-        _chart(tl, _named(tl, mem_pairs), unit="bytes", y_label="GPU memory"),
-        how("What nvidia-smi shows (used) against what the framework holds (reserved) and what "
-             "tensors really use (allocated). A gap between used and reserved is the CUDA "
-             "context and other processes."),
-    ]
+    return "GPU", [f'<p class="note">{esc(NVML_NOTE)}</p>', *parts]
 
 
 def _disk_section(tl: Timeline) -> Body:
-    lines = _named(tl, [("tree", "read_rate_bytes_per_s", "physical reads from disk (training)"),
-                        ("tree", "cache_read_rate_bytes_per_s", "reads served by the page cache")])
-    lines += _named(tl, [(d, "read_bytes_per_s", f"{d[5:]} device total (all processes)")
-                         for d in tl.sources("read_bytes_per_s", "disk:")])
-    for i, ln in enumerate(lines):
-        ln.color = PALETTE[(2, 3, 0, 4)[i % 4]]
-    if not lines:
-        return "Disk reads", [empty("No disk I/O was recorded.")]
-    return "Disk reads", [
-        _chart(tl, lines, unit="bytes_per_s", y_label="read rate"),
-        how("Red: bytes the training's processes read from the storage device. Green: bytes "
-             "they read that the operating system served from its page cache (memory) instead. "
-             "Once the dataset is cached, red drops to zero while green stays: the program "
-             "still reads every file, the disk does not."),
-        _residency(tl),
-    ]
-
-
-def _residency(tl: Timeline) -> str:
-    s = tl.get("pagecache", "dataset_resident_frac")
-    if s is None:
-        return empty("Page-cache residency of the dataset was not recorded.")
-    return (
-        "<h3>Dataset in the page cache</h3>"
-        + _chart(tl, [_line(s, "dataset files resident in the page cache", PALETTE[3], 100.0,
-                            2)], unit="pct", y_label="dataset cached (%)", y_max=100.0,
-                 height=190)
-        + how("Share of the dataset's bytes held in the operating system's page cache (checked "
-               "with mincore). At 100 % every file read is served from memory.")
-    )
+    parts = _registered(tl, "disk")
+    return "Disk reads", parts or [empty("No disk I/O was recorded.")]
 
 
 def _memory_section(tl: Timeline) -> Body | None:
-    lines = _named(tl, [("host", "mem_used_bytes", "machine: used"),
-                        ("host", "mem_cached_bytes", "machine: page cache"),
-                        ("tree", "rss_bytes", "training processes: RSS (shared pages counted "
-                                              "per process)"),
-                        ("tree", "uss_bytes", "training processes: USS (own pages)")])
-    if not lines:
-        return None
-    return "Host memory", [
-        _chart(tl, lines, unit="bytes", y_label="memory"),
-        how("Machine memory in use and in the page cache, and the training's processes. "
-             "Forked loading workers share most pages with the main process, so their RSS "
-             "counts the same pages again; USS counts each page once."),
-    ]
+    parts = _registered(tl, "memory")
+    return ("Host memory", parts) if parts else None
+
+
+def _more_series(tl: Timeline) -> Body | None:
+    """Charted series of sections this page has no place for (a new sampler's own section)."""
+    parts = []
+    for name in section_names():
+        if name not in _KNOWN_SECTIONS and (mine := _registered(tl, name)):
+            parts += [f"<h3>{esc(name)}</h3>", *mine]
+    return ("More series", parts) if parts else None
 
 
 # -- sections: steps and phases -------------------------------------------------------------------
@@ -487,6 +464,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("gpu", "GPU", lambda r: _gpu_section(r.timeline)),
     Section("disk", "Disk", lambda r: _disk_section(r.timeline)),
     Section("memory", "Memory", lambda r: _memory_section(r.timeline)),
+    Section("series", "More", lambda r: _more_series(r.timeline)),
     Section("ledger", "Ledger", lambda r: _ledger(r.summary)),
     Section("processes", None, _processes_and_notes),
     Section("config", "Configuration", lambda r: _config(r.config)),
