@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from stepscope.errors import StoreError
-from stepscope.store.db import SCHEMA_VERSION, RunReader, RunWriter
+from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
+from stepscope.store.schema import SCHEMA_VERSION
 
 
 def _step(phase_id: int, i: int) -> StepRecord:
@@ -128,9 +129,9 @@ def test_step_rows_keep_order_with_phases_and_go_in_many_per_insert(tmp_path: Pa
     # steps must still find them in (and 300 rows cross the 128-rows-per-INSERT batches).
     from dataclasses import astuple, fields
 
-    from stepscope.store import db
+    from stepscope.store import schema
 
-    assert [f.name for f in fields(StepRecord)] == db._STEP_COLS  # rows are in field order
+    assert [f.name for f in fields(StepRecord)] == schema.STEP_COLS  # rows are in field order
     w = RunWriter(tmp_path, RunInfo(name="rows", command="x"), commit_every_s=60.0)
     w.put_phase(PhaseRecord(phase_id=0, epoch=1, phase="train", started=1.0))
     for i in range(300):

@@ -38,56 +38,12 @@ from stepscope.store.records import (
     StepRecord,
 )
 from stepscope.store.rundir import DB_NAME
+from stepscope.store.schema import PHASE_COLS, SCHEMA, SCHEMA_VERSION, STEP_COLS, connect
 
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    name TEXT, command TEXT, device TEXT, kind TEXT, status TEXT,
-    started REAL, ended REAL, heartbeat REAL, pid INTEGER, rank INTEGER, world_size INTEGER,
-    exit_code INTEGER, config_json TEXT
-);
-CREATE TABLE IF NOT EXISTS phases (
-    phase_id INTEGER PRIMARY KEY, epoch INTEGER, phase TEXT, started REAL, ended REAL,
-    steps INTEGER, images INTEGER, resident_frac_start REAL, resident_frac_end REAL,
-    read_bytes_start INTEGER, read_bytes_end INTEGER, rchar_start INTEGER, rchar_end INTEGER,
-    workers INTEGER, rank INTEGER
-);
-CREATE TABLE IF NOT EXISTS steps (
-    phase_id INTEGER, step INTEGER, t_start REAL, wall_s REAL, data_wait_s REAL,
-    transfer_s REAL, compute_s REAL, other_s REAL, images INTEGER, warmup INTEGER,
-    comm_s REAL, loss REAL
-);
-CREATE TABLE IF NOT EXISTS samples (t REAL, source TEXT, metric TEXT, value REAL);
-CREATE INDEX IF NOT EXISTS samples_metric ON samples (metric, source, t);
-CREATE TABLE IF NOT EXISTS processes (
-    pid INTEGER PRIMARY KEY, ppid INTEGER, role TEXT, name TEXT, first_t REAL, last_t REAL
-);
-CREATE TABLE IF NOT EXISTS arrivals (
-    seq INTEGER PRIMARY KEY, t_arrive REAL, wait_s REAL, comm_s REAL, buckets INTEGER
-);
-CREATE TABLE IF NOT EXISTS notes (t REAL, source TEXT, text TEXT);
-CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value_json TEXT, how_measured TEXT);
-""" + rollups.ROLLUP_SCHEMA
-
-_PHASE_COLS = ["phase_id", "epoch", "phase", "started", "ended", "steps", "images", "resident_frac_start", "resident_frac_end", "read_bytes_start", "read_bytes_end", "rchar_start", "rchar_end", "workers", "rank"]
 STEP_DRAIN_S = 0.1
 LATEST_STEPS = 50  # steps kept for live views (RunWriter.latest_step_rows)
-_STEP_COLS = ["phase_id", "step", "t_start", "wall_s", "data_wait_s", "transfer_s", "compute_s", "other_s", "images", "warmup", "comm_s", "loss"]
-_STEP_ROW = operator.attrgetter(*_STEP_COLS)
-_T_START = _STEP_COLS.index("t_start")
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    con = sqlite3.connect(str(path), timeout=10.0, check_same_thread=False)
-    con.execute("PRAGMA journal_mode=WAL")
-    # NORMAL is durable across a process kill (only an OS crash can lose the last commit).
-    con.execute("PRAGMA synchronous=NORMAL")
-    # A checkpointed WAL is cut back to this size instead of keeping its high-water mark.
-    con.execute("PRAGMA journal_size_limit=4194304")
-    return con
+_STEP_ROW = operator.attrgetter(*STEP_COLS)
+_T_START = STEP_COLS.index("t_start")
 
 
 class RunWriter:
@@ -135,10 +91,10 @@ class RunWriter:
         self._step_rows: deque[tuple[Any, ...]] = deque()
         self.add_step_row = self._step_rows.append
         self._recent_rows: deque[tuple[Any, ...]] = deque(maxlen=LATEST_STEPS)
-        con = _connect(self.path)
+        con = connect(self.path)
         try:
             with con:
-                con.executescript(_SCHEMA)
+                con.executescript(SCHEMA)
                 if con.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 0:
                     con.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
                 rollups.prepare_writer(con)
@@ -215,7 +171,7 @@ class RunWriter:
 
     # -- the writer thread ------------------------------------------------------------------
     def _run(self) -> None:
-        con = _connect(self.path)
+        con = connect(self.path)
         last_commit = time.monotonic()
         self._last_rollup = last_commit
         try:
@@ -323,8 +279,8 @@ class RunWriter:
             )
         elif kind == "phase":
             con.execute(
-                f"INSERT OR REPLACE INTO phases VALUES ({','.join('?' * len(_PHASE_COLS))})",
-                tuple(getattr(p, c) for c in _PHASE_COLS),
+                f"INSERT OR REPLACE INTO phases VALUES ({','.join('?' * len(PHASE_COLS))})",
+                tuple(getattr(p, c) for c in PHASE_COLS),
             )
         elif kind == "process":
             pr: ProcessInfo = p
@@ -353,9 +309,9 @@ class RunWriter:
 
 
 _ROWS_PER_INSERT = 128
-_INSERT_ONE = f"INSERT INTO steps VALUES ({','.join('?' * len(_STEP_COLS))})"
+_INSERT_ONE = f"INSERT INTO steps VALUES ({','.join('?' * len(STEP_COLS))})"
 _INSERT_MANY = ("INSERT INTO steps VALUES "
-                + ",".join([f"({','.join('?' * len(_STEP_COLS))})"] * _ROWS_PER_INSERT))
+                + ",".join([f"({','.join('?' * len(STEP_COLS))})"] * _ROWS_PER_INSERT))
 
 
 def _insert_steps(con: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
@@ -373,10 +329,10 @@ def compact_run(run_dir: Path, *, keep_raw_steps: int = 0, db_name: str = DB_NAM
 
     What the writer does as a run goes on, done at once; the analysis reads the same figures.
     """
-    con = _connect(Path(run_dir) / db_name)
+    con = connect(Path(run_dir) / db_name)
     try:
         with con:
-            con.executescript(_SCHEMA)
+            con.executescript(SCHEMA)
         with con:
             rollups.roll_up_steps(con, final=True, keep_raw=keep_raw_steps)
     finally:
@@ -444,7 +400,7 @@ class RunReader:
         if not pid or _pid_alive(pid):
             return
         with contextlib.suppress(sqlite3.Error):
-            rw = _connect(self.path)
+            rw = connect(self.path)
             with rw:
                 rw.execute(
                     "UPDATE runs SET status='interrupted', ended=heartbeat "
@@ -476,18 +432,18 @@ class RunReader:
 
     def phases(self) -> list[PhaseRecord]:
         rows = self._con.execute(
-            f"SELECT {','.join(_PHASE_COLS)} FROM phases ORDER BY started, phase_id"
+            f"SELECT {','.join(PHASE_COLS)} FROM phases ORDER BY started, phase_id"
         )
-        return [PhaseRecord(**dict(zip(_PHASE_COLS, r, strict=True))) for r in rows]
+        return [PhaseRecord(**dict(zip(PHASE_COLS, r, strict=True))) for r in rows]
 
     def steps(self, phase_id: int | None = None) -> list[StepRecord]:
-        sql = f"SELECT {','.join(_STEP_COLS)} FROM steps"
+        sql = f"SELECT {','.join(STEP_COLS)} FROM steps"
         args: tuple[Any, ...] = ()
         if phase_id is not None:
             sql, args = sql + " WHERE phase_id=?", (phase_id,)
         out = []
         for r in self._con.execute(sql + " ORDER BY phase_id, step", args):
-            d = dict(zip(_STEP_COLS, r, strict=True))
+            d = dict(zip(STEP_COLS, r, strict=True))
             d["warmup"] = bool(d["warmup"])
             out.append(StepRecord(**d))
         return out
@@ -495,11 +451,11 @@ class RunReader:
     def steps_after(self, rowid: int, limit: int = 10_000) -> list[tuple[int, StepRecord]]:
         """Steps stored after row ``rowid``, with their row ids, oldest first (for live
         readers that poll: pass the last row id seen)."""
-        sql = (f"SELECT rowid, {','.join(_STEP_COLS)} FROM steps WHERE rowid > ? "
+        sql = (f"SELECT rowid, {','.join(STEP_COLS)} FROM steps WHERE rowid > ? "
                "ORDER BY rowid LIMIT ?")
         out = []
         for r in self._con.execute(sql, (rowid, limit)):
-            d = dict(zip(_STEP_COLS, r[1:], strict=True))
+            d = dict(zip(STEP_COLS, r[1:], strict=True))
             d["warmup"] = bool(d["warmup"])
             out.append((int(r[0]), StepRecord(**d)))
         return out
@@ -507,18 +463,18 @@ class RunReader:
     def recent_steps(self, phase_id: int, n: int) -> list[StepRecord]:
         """The last ``n`` raw steps of one phase, oldest first."""
         rows = self._con.execute(
-            f"SELECT {','.join(_STEP_COLS)} FROM steps WHERE phase_id=? ORDER BY rowid DESC "
+            f"SELECT {','.join(STEP_COLS)} FROM steps WHERE phase_id=? ORDER BY rowid DESC "
             "LIMIT ?", (phase_id, n)).fetchall()
         out = []
         for r in reversed(rows):
-            d = dict(zip(_STEP_COLS, r, strict=True))
+            d = dict(zip(STEP_COLS, r, strict=True))
             d["warmup"] = bool(d["warmup"])
             out.append(StepRecord(**d))
         return out
 
     def iter_steps(self) -> Iterator[StepRecord]:
-        for r in self._con.execute(f"SELECT {','.join(_STEP_COLS)} FROM steps ORDER BY t_start"):
-            d = dict(zip(_STEP_COLS, r, strict=True))
+        for r in self._con.execute(f"SELECT {','.join(STEP_COLS)} FROM steps ORDER BY t_start"):
+            d = dict(zip(STEP_COLS, r, strict=True))
             d["warmup"] = bool(d["warmup"])
             yield StepRecord(**d)
 
