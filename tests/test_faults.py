@@ -95,8 +95,12 @@ def test_read_only_run_directory_is_refused_before_training(synth80: Path,
 
 
 _WRITER = textwrap.dedent("""
-    import sys, torch
+    import signal, sys, torch
     from pathlib import Path
+    # Ctrl-C as in a terminal: a process started in the background by a non-interactive shell
+    # (a CI runner) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+    # handler, so the deferred signal would be ignored again, as that process asked.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from stepscope.train import checkpoint
     from stepscope.train.loop import stop_on_sigterm
     stop_on_sigterm()
