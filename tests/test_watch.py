@@ -157,7 +157,10 @@ def test_script_without_framework_gets_samples_and_note(tmp_path: Path) -> None:
 
 def test_sigint_is_forwarded_and_nothing_is_left_running(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
-    code = ("import subprocess, sys, time\n"
+    # The script takes Ctrl-C as in a terminal: a suite started in the background by a
+    # non-interactive shell hands its children SIGINT ignored, and they would sleep it out.
+    code = ("import signal, subprocess, sys, time\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "p = subprocess.Popen(['sleep', '60'])\n"
             f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
             "time.sleep(60)\n")
