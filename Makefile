@@ -10,11 +10,9 @@ STAMP := $(VENV)/.stepscope-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch/torchvision first, pinned: these machines hold the wheels on disk. --no-compile:
-	# pip would byte-compile every file of torch, TensorFlow, JAX and the rest (~2 minutes on
-	# 2 cores); Python compiles what is imported, once, on first import.
-	$(PY) -m pip install -q --no-compile torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q --no-compile -e '.[dev]'
+	# torch/torchvision first, pinned: these machines hold the wheels on disk.
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
