@@ -10,10 +10,12 @@ from stepscope.analysis.capacity import (
     LoaderFigures,
     build_capacity,
     predict_persistent,
+    predict_processes,
     predict_workers,
+    thread_figures,
     workers_target,
 )
-from stepscope.analysis.causes import decide_cause_from_stages
+from stepscope.analysis.causes import decide_cause_from_stages, decide_threads_cause
 from stepscope.analysis.verdicts import InputEvidence, decide_verdict
 from stepscope.policy import job_cpu_capacity
 
@@ -193,3 +195,53 @@ def test_a_verdict_the_median_step_disagrees_with_is_tentative() -> None:
     split, steady = steady_split(steps)
     v = _phase_verdict(split, steady, split_fields(split), steps)
     assert v.verdict == "input-bound" and v.weak and "median step" in (v.note or "")
+
+
+# Two Keras PyDataset loading threads over a 4 s phase, 800 images: each inside __getitem__
+# 3.8 s but on a CPU 1.0 s (together half a core), runnable 0.6 s, asleep the rest (the GIL).
+def _threads(**kw: Any) -> LoaderFigures:
+    base: dict[str, Any] = dict(
+        workers=2, items=800.0, fetch_s=7.6, fetch_cpu_s=2.0, fetch_runq_s=1.2,
+        stage_s={"item": 7.6}, worker_busy_s=[3.8, 3.8], worker_cpu_s=[1.0, 1.0],
+        worker_runq_s=[0.6, 0.6], worker_threads=True, waits=50, wait_s=3.0, wait_cpu_s=0.0,
+        not_ready=50, first_wait_s=0.1)
+    base.update(kw)
+    return _lf(**base)
+
+
+def _threads_cause(lf: LoaderFigures, cores: float = 2.0) -> Any:
+    # 100 img/s now (10 ms an image, 7.5 of it waiting); the training process at 60 % of a
+    # core, 50 of them the loading threads': the model's own CPU is small.
+    ph = _phase(10.0, 7.5, main_cpu=60.0, seconds=4.0)
+    cap = build_capacity(ph, lf, cores, cold=False)
+    return cap, decide_threads_cause(InputEvidence(workers=2), lf, cap, ph)
+
+
+def test_gil_bound_threads_are_workers_with_processes_predicted() -> None:
+    cap, c = _threads_cause(_threads())
+    assert c is not None and c.cause == "workers"
+    assert "2 loading threads inside __getitem__ 95 %, 95 % of the phase but on a CPU only " \
+           "25 %, 25 % of it" in c.evidence[0]
+    assert "use_multiprocessing=True: predicted" in c.evidence[1]
+    # Threads' CPU is the training process's: the model's own CPU excludes it.
+    assert cap.model_cpu_s_per_image == pytest.approx((0.6 * 4.0 - 2.0) / 800)
+    pred = predict_processes(cap, _threads(), 4.0)
+    assert pred is not None and pred.speedup >= 1.5
+
+
+def test_threads_cause_needs_the_per_thread_measurement() -> None:
+    # Without each thread's CPU (an older record) or with processes, no GIL sentence.
+    assert _threads_cause(_threads(worker_cpu_s=[]))[1] is None
+    assert _threads_cause(_threads(worker_threads=False))[1] is None
+
+
+def test_threads_that_run_in_parallel_or_sleep_on_io_are_not_gil_bound() -> None:
+    # NumPy releasing the GIL: together 1.8 cores on a CPU.
+    par = _threads(worker_cpu_s=[3.6, 3.6], fetch_cpu_s=7.2, worker_runq_s=[0.1, 0.1])
+    assert thread_figures(par, 4.0) is not None and not thread_figures(par, 4.0).gil_bound
+    # Reading files: asleep on I/O, hardly wanting a core.
+    io = _threads(worker_cpu_s=[0.2, 0.2], fetch_cpu_s=0.4, worker_runq_s=[0.0, 0.0])
+    assert not thread_figures(io, 4.0).gil_bound
+    # A busy host alone: runnable, waiting for a core, hardly ever asleep.
+    busy_host = _threads(worker_runq_s=[2.7, 2.7], fetch_runq_s=5.4)
+    assert not thread_figures(busy_host, 4.0).gil_bound

@@ -137,3 +137,47 @@ def test_spawned_workers_get_a_picklable_init_that_installs_the_hooks(
         sys.meta_path[:] = finders  # it hooks later imports too: not in this test process
     assert _CALLS[-1] == 3
     assert hooked == ["os"]  # an imported library is hooked before the user's init runs
+
+
+def test_loading_threads_get_a_row_each_in_the_phase(board_dir: Path) -> None:
+    """A Keras PyDataset(workers=2) thread pool: each thread's batches come back as its own
+    ``workers`` row (wall, CPU, run queue) and in the phase's totals."""
+    import threading
+
+    from stepscope.observe.inject import stepscope_watch_stages as ws
+
+    def work() -> None:
+        for _ in range(2):
+            with ws.ThreadTimer(items=8):
+                end = time.thread_time() + 0.02  # Python holding the GIL
+                while time.thread_time() < end:
+                    pass
+
+    phases = ws.WatchPhases()
+    with ws.ThreadTimer(items=8):  # before the phase: not its work
+        pass
+    phases.begin(0)
+    pool = [threading.Thread(target=work, name=f"loader-{i}") for i in range(2)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    out = phases.end(0, 2)
+    assert out is not None and out["worker_threads"] is True
+    rows = [w for w in out["workers"] if "tid" in w]
+    assert sorted(w["thread"] for w in rows) == ["loader-0", "loader-1"]
+    for w in rows:
+        assert w["batches"] == 2 and w["items"] == 16 and w["pid"] == os.getpid()
+        assert w["busy_s"] >= w["cpu_s"] >= 0.03  # 2 × 20 ms of CPU, longer by the wall
+    assert out["items"] == 32 and out["batches"] == 4
+    assert out["fetch_s"] == pytest.approx(sum(w["busy_s"] for w in rows))
+
+
+def test_no_folder_no_thread_rows() -> None:
+    from stepscope.observe.inject import stepscope_watch_stages as ws
+
+    stages.set_folder(None)
+    before = ws.read_threads()
+    with ws.ThreadTimer(items=1):
+        pass  # not watched: nothing recorded, nothing fails
+    assert ws.read_threads() == before

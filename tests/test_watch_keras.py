@@ -137,6 +137,38 @@ def test_pydataset_worker_processes_busy_time(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_pydataset_worker_threads_gil_bound(tmp_path: Path) -> None:
+    """Planted: PyDataset(workers=2, use_multiprocessing=False) whose __getitem__ is 80 ms of
+    pure-Python CPU (the thread's own CPU clock: it holds the GIL), a tiny model. The two
+    threads take turns on one core, so a batch comes every >= 80 ms while the model needs a
+    few: input-bound, each thread busy most of the phase but on a CPU far less, and the fix is
+    the same workers as processes."""
+    s = _run(tmp_path, "tensorflow", "pydataset", "80", "dense", "--workers", "2",
+             "--cpu-clock", "--steps", "10")
+    assert s["loader"]["workers"] == 2 and s["loader"]["multiprocessing"] is False
+    train = _train(s)
+    assert [p["epoch"] for p in train] == [1, 2]
+    for p in train:  # each thread timed on itself, in every phase
+        assert p["loader"]["worker_threads"] is True, p["loader"]
+        assert len(p["loader"]["worker_busy_s"]) == 2 == len(p["loader"]["worker_cpu_s"])
+    # Epoch 1 also holds tracing and the pool's start (the queue fills meanwhile); epoch 2 is
+    # the steady state.
+    last = train[-1]
+    assert last["verdict"] == "input-bound", last
+    for busy, cpu in zip(last["loader"]["worker_busy_s"], last["loader"]["worker_cpu_s"],
+                         strict=True):
+        assert busy / last["seconds"] >= 0.5 and cpu < 0.75 * busy, last["loader"]
+    assert last["loader"]["threads_gil_bound"] is True, last["loader"]
+    agg = s["by_phase"]["train"]
+    assert agg["verdict"] == "input-bound" and agg["input_cause"] == "workers", agg
+    f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    assert "use_multiprocessing=True (now 2 threads)" in f["fix"], f
+    assert "loading threads inside __getitem__" in json.dumps(f["evidence"]), f
+    assert "In epoch 2 train the 2 loading threads were busy" in s["_printed"]
+    _assert_keras_words(s)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "kind"), [("tensorflow", "pydataset"),
                                                ("tensorflow", "tfdata"),
                                                ("jax", "pydataset"), ("torch", "pydataset")])

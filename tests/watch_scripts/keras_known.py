@@ -2,6 +2,7 @@
 
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
         [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
+        [--cpu-clock]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -11,6 +12,9 @@ MODEL: dense (tiny, ~1 ms a step) | conv (convolutions on 32x32 images, tens of 
 sink), not async-safe, so Keras runs it on the loop's thread between steps.
 --spe: ``model.compile(steps_per_execution=N)`` (the fix stepscope advises for slow callbacks).
 --mirrored: model built and compiled under ``tf.distribute.MirroredStrategy(["/cpu:0"])``.
+--cpu-clock: LOAD_MS is the loading thread's CPU time (``time.thread_time``), a fixed amount of
+pure-Python work that holds the GIL: PyDataset worker threads then take turns, as real ones do.
+--workers/--mp with --legacy go to ``fit(workers=, use_multiprocessing=)``, as tf-keras takes them.
 The first line printed is the truth the test asserts against: ``TRUTH load_ms=... model=...``.
 """
 
@@ -36,6 +40,7 @@ p.add_argument("--batch", type=int, default=8)
 p.add_argument("--callback-ms", type=float, default=0.0)
 p.add_argument("--spe", type=int, default=1)
 p.add_argument("--mirrored", action="store_true")
+p.add_argument("--cpu-clock", action="store_true")
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -60,11 +65,17 @@ SHAPE = (SIDE, SIDE, 3) if args.model == "conv" else (SIDE,)
 print(f"TRUTH load_ms={args.load_ms} model={args.model} input={args.input}", flush=True)
 
 
+# --cpu-clock: the cost is CPU time of the loading thread (a fixed amount of Python work), so
+# threads that take turns holding the GIL each take longer by the wall clock; by default it is
+# wall time (a loader that got less CPU still finishes on time).
+CLOCK = time.thread_time if args.cpu_clock else time.perf_counter
+
+
 def burn(ms: float) -> None:
     """Busy CPU for ``ms`` milliseconds: the loader's decode and augmentation."""
-    end = time.perf_counter() + ms / 1000.0
+    end = CLOCK() + ms / 1000.0
     x = 0
-    while time.perf_counter() < end:
+    while CLOCK() < end:
         x += 1
 
 
@@ -155,6 +166,9 @@ else:
     kw["x"] = train
 if args.input == "generator":
     kw["steps_per_epoch"] = args.steps
+if args.legacy and args.input == "pydataset" and (args.workers > 1 or args.mp):
+    # tf-keras takes a Sequence's parallelism from fit(), not from the Sequence.
+    kw.update(workers=args.workers, use_multiprocessing=args.mp)
 if args.val:
     val = source(args.val)
     kw["validation_data"] = val

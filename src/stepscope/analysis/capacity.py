@@ -65,6 +65,12 @@ class LoaderFigures:
         return max(0.0, self.fetch_s - self.fetch_cpu_s - self.fetch_runq_s)
 
     startup_from_steps_s: float | None = None
+    # Per worker, beside worker_busy_s: its on-CPU and run-queue seconds inside batches.
+    worker_cpu_s: list[float] = field(default_factory=list)
+    worker_runq_s: list[float] = field(default_factory=list)
+    # The workers are threads of the training process (Keras PyDataset without
+    # use_multiprocessing), not processes: their CPU is inside the training process's.
+    worker_threads: bool = False
 
     @property
     def startup_s(self) -> float:
@@ -104,6 +110,9 @@ def loader_figures(fact: Any) -> LoaderFigures | None:
         not_ready=int(fact.get("not_ready_steps") or 0),
         first_wait_s=fact.get("first_wait_s"),
         startup_from_steps_s=fact.get("startup_from_steps_s"),
+        worker_cpu_s=[float(w.get("cpu_s") or 0.0) for w in fact.get("workers") or []],
+        worker_runq_s=[float(w.get("runq_s") or 0.0) for w in fact.get("workers") or []],
+        worker_threads=bool(fact.get("worker_threads")),
     )
 
 
@@ -164,7 +173,9 @@ def _model_cpu(phase: PhaseFigures, lf: LoaderFigures) -> tuple[float | None, fl
     busy_s = seconds - lf.wait_s
     if main_pct is None or busy_s <= 0 or not images:
         return None, None
-    main_cpu_s = max(0.0, main_pct / 100.0 * seconds - lf.wait_cpu_s)
+    # Loading threads run inside the training process: their CPU is in its figure, not the model's.
+    threads_cpu_s = lf.fetch_cpu_s if lf.worker_threads else 0.0
+    main_cpu_s = max(0.0, main_pct / 100.0 * seconds - lf.wait_cpu_s - threads_cpu_s)
     return main_cpu_s / busy_s, main_cpu_s / images
 
 
@@ -369,3 +380,88 @@ def workers_curve(cap: Capacity, lf: LoaderFigures, up_to: int = 16) -> dict[str
         if p is not None:
             out[str(w)] = p.speedup
     return out
+
+
+# --------------------------------------------------------------------------- loading threads
+
+# Loading threads of one process run Python one at a time (the GIL): however many there are,
+# together they are on a CPU about one core at most, and a thread waiting for the GIL sleeps
+# (neither on a CPU nor runnable). The thread pool is GIL-bound when its threads are inside
+# batches most of the phase, on a CPU a small share of that time, together about one core at
+# most, asleep a material share of it (the GIL wait: a busy host alone shows as run-queue
+# time, not sleep), and wanting about a core (on a CPU or runnable: CPU work, not I/O waits).
+GIL_BUSY_FRAC = 0.5
+GIL_ON_CPU_MAX_FRAC = 0.6
+GIL_MAX_CORES = 1.1
+GIL_ASLEEP_MIN_FRAC = 0.15
+GIL_WANT_MIN_CORES = 0.7
+
+
+@dataclass(frozen=True)
+class ThreadFigures:
+    """A phase's loading threads: each one's busy and on-CPU share of the phase, and together."""
+
+    busy_frac: list[float]
+    cpu_frac: list[float]
+    cores_used: float  # the threads' CPU seconds over the phase's: cores they used together
+    cores_wanted: float  # on a CPU or in the run queue, together
+    cpu_s_per_image: float
+
+    @property
+    def asleep_frac(self) -> float:
+        """Share of the threads' busy time neither on a CPU nor runnable (the GIL wait, or I/O)."""
+        busy = sum(self.busy_frac)
+        return max(0.0, busy - self.cores_wanted) / busy if busy > 0 else 0.0
+
+    @property
+    def gil_bound(self) -> bool:
+        busy = sum(self.busy_frac)
+        return (len(self.busy_frac) >= 2 and busy >= GIL_BUSY_FRAC * len(self.busy_frac)
+                and self.cores_used <= GIL_ON_CPU_MAX_FRAC * busy
+                and self.cores_used <= GIL_MAX_CORES and self.asleep_frac >= GIL_ASLEEP_MIN_FRAC
+                and self.cores_wanted >= GIL_WANT_MIN_CORES)
+
+
+def thread_figures(lf: LoaderFigures, seconds: float | None) -> ThreadFigures | None:
+    """The loading threads' figures; None when the workers are processes or were not timed."""
+    if not lf.worker_threads or not lf.worker_busy_s or not seconds or seconds <= 0 \
+            or lf.items <= 0 or len(lf.worker_cpu_s) != len(lf.worker_busy_s):
+        return None
+    return ThreadFigures(
+        busy_frac=[b / seconds for b in lf.worker_busy_s],
+        cpu_frac=[c / seconds for c in lf.worker_cpu_s],
+        cores_used=sum(lf.worker_cpu_s) / seconds,
+        cores_wanted=(sum(lf.worker_cpu_s) + sum(lf.worker_runq_s)) / seconds,
+        cpu_s_per_image=sum(lf.worker_cpu_s) / lf.items)
+
+
+def predict_processes(cap: Capacity, lf: LoaderFigures, seconds: float | None
+                      ) -> Prediction | None:
+    """GIL-bound loading threads turned into as many processes (``use_multiprocessing=True``):
+    each then supplies one image per the threads' own CPU time per image, on a core of its
+    own, bounded by what the job's cores can run and what the model consumes. None unless
+    the threads are GIL-bound and the gain is ≥ ``MIN_GAIN``.
+
+    The cores are the job's own (affinity, quota), not what a busy host left it during the
+    phase: the GIL holds the threads to one core on any host, and other people's load comes
+    and goes (the cause's evidence says when the host was contended)."""
+    tf = thread_figures(lf, seconds)
+    if tf is None or not tf.gil_bound or tf.cpu_s_per_image <= 0 \
+            or cap.consume_images_per_s is None:
+        return None
+    workers = max(lf.workers, len(lf.worker_busy_s))
+    rate = workers / tf.cpu_s_per_image
+    cpu_rate = None
+    if cap.job_cores and cap.model_cpu_s_per_image is not None:
+        cpu_rate = cap.job_cores / (cap.model_cpu_s_per_image + tf.cpu_s_per_image)
+        rate = min(rate, cpu_rate)
+    new = 1.0 / max(1.0 / cap.consume_images_per_s, 1.0 / rate)
+    speedup = new / cap.now_images_per_s
+    if speedup < MIN_GAIN:
+        return None
+    basis = (f"{workers} processes at {tf.cpu_s_per_image * 1000:.1f} ms of CPU per image (the "
+             f"threads' own) supply {workers / tf.cpu_s_per_image:.0f} img/s"
+             + (f", the job's {cap.job_cores:g} cores run at most {cpu_rate:.0f} img/s"
+                if cpu_rate is not None else "")
+             + f"; the model consumes {cap.consume_images_per_s:.0f} img/s")
+    return Prediction("use_multiprocessing=True", new, speedup, basis)

@@ -19,6 +19,11 @@ The order is the order of the checks (docs/input-causes.md):
    use (capacity model, ``analysis/capacity.py``), for a predicted gain ≥ 1.1×.
 5. ``cpu``  otherwise: the job's cores cannot run more loading (the compute keeps them, or the
    loaders already fill them).
+
+Loading *threads* (a Keras ``PyDataset(workers=N)`` without ``use_multiprocessing``) are judged
+first by :func:`decide_threads_cause`: ``workers`` when they are GIL-bound (busy most of the
+phase, on a CPU a small share of it, together about one core) and as many processes would gain
+≥ 1.1× on the job's cores; the reads are not cold.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from stepscope.analysis.capacity import (
     LoaderFigures,
     PhaseFigures,
     predict_persistent,
+    predict_processes,
     predict_workers,
+    thread_figures,
     workers_target,
 )
 from stepscope.analysis.fmt import fmt_bytes, fmt_pct
@@ -195,3 +202,30 @@ def decide_cause_from_stages(ev: InputEvidence, lf: LoaderFigures, cap: Capacity
     if cap is None:
         return None
     return _workers_or_cpu(lf, cap)
+
+
+def decide_threads_cause(ev: InputEvidence, lf: LoaderFigures, cap: Capacity | None,
+                         phase: PhaseFigures) -> InputCause | None:
+    """``workers`` for loading threads that take turns holding the GIL while the job has cores
+    for processes (each thread's wall and CPU time per batch); None otherwise."""
+    seconds = phase.get("seconds")
+    tf = thread_figures(lf, seconds)
+    if tf is None or cap is None or is_cold(ev):
+        return None
+    pred = predict_processes(cap, lf, seconds)
+    if pred is None:
+        return None
+    busy = ", ".join(fmt_pct(b) for b in tf.busy_frac)
+    cpu = ", ".join(fmt_pct(c) for c in tf.cpu_frac)
+    lines = [
+        f"{len(tf.busy_frac)} loading threads inside __getitem__ {busy} of the phase but on a "
+        f"CPU only {cpu} of it, asleep {fmt_pct(tf.asleep_frac)} of their busy time (each "
+        f"thread's wall, CPU and run-queue time per batch, timed on the thread): together "
+        f"{tf.cores_used:.2f} of a core, as Python holding the GIL runs one thread at a time",
+        f"use_multiprocessing=True: predicted {pred.speedup:.2f}× ({pred.images_per_s:.0f} img/s; "
+        f"{pred.basis})"]
+    if lf.fetch_s > 0 and lf.fetch_runq_s / lf.fetch_s >= CONTENDED_FRAC:
+        lines.append(f"the threads also waited for a free core {fmt_pct(lf.fetch_runq_s / lf.fetch_s)}"
+                     " of their busy time (other processes share these cores): gains may be "
+                     "smaller")
+    return InputCause("workers", lines)

@@ -53,6 +53,10 @@ class LoaderRow(TypedDict):
     fetch_on_cpu_frac: float | None
     fetch_runq_frac: float | None
     fetch_blocked_frac: float | None
+    worker_threads: bool  # the workers are threads of the training process (Keras PyDataset)
+    worker_cpu_s: list[float]  # each worker's on-CPU seconds inside batches (beside busy_s)
+    threads_gil_bound: bool | None  # None: not threads; see analysis/capacity.ThreadFigures
+    processes_prediction: PredictionRow | None  # use_multiprocessing=True, where it would gain
 
 
 class CapacityRow(TypedDict):

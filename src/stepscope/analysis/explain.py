@@ -23,7 +23,7 @@ from stepscope.analysis.fmt import (
     fmt_s,
 )
 from stepscope.analysis.keras_loader import stages_answer, workers_answer
-from stepscope.analysis.vocab import KERAS, framework_of, vocab
+from stepscope.analysis.vocab import KERAS, KERAS_THREADS_GIL, framework_of, vocab
 
 COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
 COLD_MIN_BYTES = 16_000_000
@@ -64,7 +64,12 @@ def _preparing_words(s: Summary, kind: str) -> str:
     return f" ({what} the images)" if what else ""
 
 
-def _cause_words(s: Summary, cause: str) -> str:
+def _cause_words(s: Summary, cause: str, agg: PhaseAgg | None = None) -> str:
+    loader = agg.get("loader") if agg is not None else None
+    if cause == "workers" and framework_of(s) == KERAS and loader is not None \
+            and loader.get("threads_gil_bound") and loader.get("processes_prediction"):
+        # measured on the loading threads (analysis/causes.decide_threads_cause)
+        return KERAS_THREADS_GIL
     if cause == "workers" and framework_of(s) == KERAS:  # the loader in the framework's words
         return vocab(KERAS).workers_spare
     return _CAUSE_WORDS.get(cause, cause)
@@ -86,7 +91,7 @@ def headline(s: Summary) -> tuple[str, str] | None:
     if v == "input-bound":
         text = f"{kind} was input-bound: {fmt_pct(agg['data_wait_frac'])} of every step waited for data"
         if cause := agg.get("input_cause"):
-            words = _cause_words(s, cause)
+            words = _cause_words(s, cause, agg)
             text += "; " + words.replace("{prep}", _preparing_words(s, agg["phase"]))
             if agg.get("input_evidence"):
                 text += " (" + "; ".join(agg["input_evidence"]) + ")"

@@ -14,7 +14,13 @@ from collections.abc import Mapping
 
 from stepscope import policy
 from stepscope.analysis.contracts import Finding, Severity, by_severity, make_finding
-from stepscope.analysis.contracts_summary import MemorySection, ModelFacts, PhaseAgg, Summary
+from stepscope.analysis.contracts_summary import (
+    MemorySection,
+    ModelFacts,
+    PhaseAgg,
+    PredictionRow,
+    Summary,
+)
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fixes import capacity_fix
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
@@ -24,6 +30,7 @@ from stepscope.analysis.vocab import (
     framework_of,
     keras_compute_fix,
     keras_cpu_fix,
+    keras_processes_fix,
     keras_storage_fix,
     keras_workers_fix,
     vocab,
@@ -74,6 +81,9 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
     host = agg.get("cpu_util_pct")
     cores_busy = host is not None and host >= 90.0
     keras = summary is not None and loader is not None and framework_of(summary) == KERAS
+    if keras and loader is not None and cause == "workers" and _processes_prediction(agg):
+        # Measured on the threads themselves (analysis/causes.decide_threads_cause).
+        return keras_processes_fix(loader, w), "use_multiprocessing=True"
     if cause == "storage":
         if keras:
             return keras_storage_fix(), "faster storage"
@@ -108,6 +118,13 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
             "cheaper per-item work")
 
 
+def _processes_prediction(agg: PhaseAgg) -> PredictionRow | None:
+    loader = agg.get("loader")
+    if loader is None or not loader.get("threads_gil_bound"):
+        return None
+    return loader.get("processes_prediction")
+
+
 def input_finding(agg: PhaseAgg, cores: float | None,
                   summary: Summary | None = None) -> Finding | None:
     """The data-wait finding for an aggregated phase kind (train or val); ``summary`` holds the
@@ -136,6 +153,10 @@ def input_finding(agg: PhaseAgg, cores: float | None,
     priced = None if framework_of(summary or {}) == KERAS else capacity_fix(agg)
     if priced is not None:
         fix, expected = priced
+    gil = _processes_prediction(agg) if change == "use_multiprocessing=True" else None
+    if gil is not None:
+        expected = (f"{change}: predicted {fmt_ratio(gil['speedup'])} faster "
+                    f"({gil['images_per_s']:.0f} img/s; {gil['basis']})")
     cause = agg.get("input_cause")
     title = f"{kind.capitalize()} is input-bound ({cause}): {fmt_pct(d)} of every step waits for data"
     severity: Severity = "high" if d >= BOUND_FRAC else "medium"

@@ -5,8 +5,9 @@ random transform (``get_random_transform`` + ``apply_transform``) and in ``stand
 (``preprocessing_function``), the images loaded and each loading thread's time inside
 ``__getitem__`` (fact ``keras_stages.phase.<id>``). This module turns them into per-image
 figures and one answer. With ``use_multiprocessing=True`` each pool process's time inside
-``__getitem__`` is the phase's ``loader.worker_busy_s`` (one figure per worker process):
-``workers_answer`` says how busy each was. Pure: no I/O.
+``__getitem__`` is the phase's ``loader.worker_busy_s`` (one figure per worker process); with
+threads (``use_multiprocessing=False``, ``workers>1``) one per thread, with its CPU time beside
+it (``loader.worker_cpu_s``): ``workers_answer`` says how busy each was. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -59,27 +60,37 @@ def stages_answer(s: Summary) -> tuple[str, str] | None:
 
 
 def workers_answer(s: Summary) -> tuple[str, str] | None:
-    """How busy each Keras loading worker process was, in the last train and val phase where
-    they were timed (the first epoch also holds tracing and the pool's start)."""
+    """How busy each Keras loading worker (process, or thread without ``use_multiprocessing``)
+    was, in the last train and val phase where they were timed (the first epoch also holds
+    tracing and the pool's start); for threads, also how much of it they were on a CPU."""
     loop = s.get("loader")
     if loop is None or loop.get("framework") not in ("keras", "tf.keras"):
         return None
-    lines = []
+    lines, threads = [], False
     for kind in ("train", "val"):
-        timed = []
-        for p in s.get("phases") or []:
-            row = p.get("loader")
-            if p["phase"] == kind and p.get("seconds") and row is not None \
-                    and row["worker_busy_s"]:
-                timed.append((p, row["worker_busy_s"]))
+        timed = [(p, row) for p in s.get("phases") or []
+                 if p["phase"] == kind and p.get("seconds") and (row := p.get("loader"))
+                 and row["worker_busy_s"]]
         if not timed:
             continue
-        p, busy = timed[-1]
+        p, row = timed[-1]
+        busy = row["worker_busy_s"]
         shares = ", ".join(fmt_pct(b / p["seconds"]) for b in busy)
-        lines.append(f"In epoch {p['epoch']} {kind} the {len(busy)} worker processes were busy "
-                     f"{shares} of the phase.")
+        if row.get("worker_threads"):
+            threads = True
+            cpu = ", ".join(fmt_pct(c / p["seconds"]) for c in row.get("worker_cpu_s") or [])
+            lines.append(f"In epoch {p['epoch']} {kind} the {len(busy)} loading threads were "
+                         f"busy {shares} of the phase" + (f", on a CPU {cpu} of it" if cpu
+                                                          else "") + ".")
+        else:
+            lines.append(f"In epoch {p['epoch']} {kind} the {len(busy)} worker processes were "
+                         f"busy {shares} of the phase.")
     if not lines:
         return None
+    if threads:
+        return ("Inside the loading threads",
+                " ".join(lines) + " (each thread's wall and CPU time inside __getitem__, timed "
+                "on that thread; waiting for the GIL or a free core counts as busy, not CPU).")
     return ("Inside the loading worker processes",
             " ".join(lines) + " (each process's wall time inside __getitem__, timed in that "
             "process; waiting there for a free core counts as busy).")

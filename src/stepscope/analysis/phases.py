@@ -17,10 +17,12 @@ from stepscope.analysis.capacity import (
     LoaderFigures,
     build_capacity,
     loader_figures,
+    predict_processes,
     predictions,
+    thread_figures,
     workers_curve,
 )
-from stepscope.analysis.causes import decide_cause_from_stages, is_cold
+from stepscope.analysis.causes import decide_cause_from_stages, decide_threads_cause, is_cold
 from stepscope.analysis.contracts_summary import (
     LoaderRow,
     PhaseRow,
@@ -369,7 +371,9 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
     ctx.seen.add((ph.rank, ph.phase))
     cause = None
     if verdict.verdict == "input-bound":
-        if lf is not None and ctx.stage_causes:
+        if lf is not None and lf.worker_threads:
+            cause = decide_threads_cause(ev, lf, cap, {"seconds": seconds, "images": images})
+        if cause is None and lf is not None and ctx.stage_causes:
             cause = decide_cause_from_stages(ev, lf, cap, {"seconds": seconds, "images": images,
                                                            "repeat": repeat})
         cause = cause or decide_input_cause(ev)
@@ -436,6 +440,8 @@ def _loader_row(lf: LoaderFigures | None, cap: Capacity | None, seconds: float
     if lf is None:
         return None
     alive = seconds * len(lf.worker_busy_s)
+    threads = thread_figures(lf, seconds)
+    gil = None if cap is None else predict_processes(cap, lf, seconds)
     return {
         "workers": lf.workers, "persistent_workers": lf.persistent, "items": lf.items,
         "stage_ms_per_image": cap.stage_ms_per_image if cap else None,
@@ -448,4 +454,10 @@ def _loader_row(lf: LoaderFigures | None, cap: Capacity | None, seconds: float
         "fetch_on_cpu_frac": lf.fetch_cpu_s / lf.fetch_s if lf.fetch_s > 0 else None,
         "fetch_runq_frac": lf.fetch_runq_s / lf.fetch_s if lf.fetch_s > 0 else None,
         "fetch_blocked_frac": lf.blocked_s / lf.fetch_s if lf.fetch_s > 0 else None,
+        "worker_threads": lf.worker_threads,
+        "worker_cpu_s": lf.worker_cpu_s,
+        "threads_gil_bound": None if threads is None else threads.gil_bound,
+        "processes_prediction": None if gil is None else {
+            "change": gil.change, "images_per_s": gil.images_per_s, "speedup": gil.speedup,
+            "basis": gil.basis},
     }

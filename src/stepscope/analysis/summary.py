@@ -181,6 +181,10 @@ def aggregate_phase_kind(kind: str, phases: list[PhaseRow],
             causes[p["input_cause"]] = causes.get(p["input_cause"], 0.0) + p["seconds"]
     cause = max(causes, key=causes.__getitem__) if v.verdict == "input-bound" and causes else None
     by_time = sorted(rows, key=lambda r: -r["seconds"])
+    # A cause measured on the loading threads themselves (GIL-bound: a fix of its own) speaks
+    # for its kind over one read from process samples (the first epoch's tracing, a busy host).
+    by_time.sort(key=lambda r: not ((loader := r.get("loader")) is not None
+                                    and loader.get("processes_prediction")))
     evidence: list[str] = next((p["input_evidence"] for p in by_time
                      if p["input_cause"] == cause), []) if cause else []
     # The capacities and predicted fixes of the phase that decided the cause (else the longest).

@@ -101,6 +101,22 @@ def keras_workers_fix(loader: LoaderFacts, workers: int, target: int) -> str:
             "step asks")
 
 
+def keras_processes_fix(loader: LoaderFacts, workers: int) -> str:
+    """Loading threads that take turns holding the GIL: the same workers as processes."""
+    why = (f"(now {workers} threads): its __getitem__ is Python that holds the GIL, so the "
+           "threads take turns on one core; processes run it on cores of their own (the "
+           "dataset and its batches must pickle)")
+    if loader.get("framework") == "tf.keras":
+        return f"model.fit(..., workers={workers}, use_multiprocessing=True) {why}"
+    return (f"construct the {loader.get('class') or 'PyDataset'} with workers={workers}, "
+            f"use_multiprocessing=True {why}")
+
+
+# Why a Keras run's loading threads could not keep up, when they were measured GIL-bound.
+KERAS_THREADS_GIL = ("the PyDataset's loading threads took turns holding Python's GIL, so the "
+                     "job's other cores did no loading")
+
+
 def keras_cpu_fix(loader: LoaderFacts, phase: str) -> str:
     """The loading CPU is saturated: make each batch cheaper, or compute it once."""
     if phase == "val":

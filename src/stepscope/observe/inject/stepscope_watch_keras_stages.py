@@ -21,8 +21,11 @@ name, so the worker runs whatever the module's ``get_index`` is. ``install_pool_
 replaces it with one that times the call in a pool worker on that process's own stage board
 (``stepscope_watch_stages``: a memory-mapped page per process, read by the training process at
 phase boundaries), so each worker's busy time comes back as the phase's ``workers`` rows, as a
-DataLoader worker's does. Forked workers inherit the replacement; in the training process itself
-(``workers>1`` as threads) it is a plain call. Standard library only.
+DataLoader worker's does. Forked workers inherit the replacement. With ``use_multiprocessing=False``
+(``workers>1``) the same ``get_index`` runs on a thread pool of the training process: each thread
+times its calls in a row of its own (``ThreadTimer``: wall, on-CPU and run-queue seconds), which
+come back as the phase's ``workers`` rows marked as threads, so Python code that holds the GIL
+shows as threads busy far longer than they ran. Standard library only.
 """
 
 from __future__ import annotations
@@ -135,9 +138,10 @@ def install_pool_workers(module: Any, count_images: Callable[[Any], int]) -> boo
     parent = os.getpid()
 
     def get_index(uid: Any, i: Any) -> Any:
-        if os.getpid() == parent:  # a thread pool: the loop's own process
-            return orig(uid, i)
-        timer = board_stages.BatchTimer(0)
+        # A thread pool in the loop's own process (``use_multiprocessing=False``) shares one
+        # board: each thread keeps its own row instead.
+        timer: Any = board_stages.ThreadTimer(0) if os.getpid() == parent \
+            else board_stages.BatchTimer(0)
         with timer:
             out = orig(uid, i)
             timer.items = count_images(out)

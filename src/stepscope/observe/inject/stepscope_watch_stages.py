@@ -23,6 +23,11 @@ Per batch (one ``fetch`` of the DataLoader), the fetching thread's scheduler fig
 queue: the cores were busy) and blocked (disk, network, sleeps): the evidence that separates
 storage from CPU from too few workers.
 
+Loading *threads* of the training process (a Keras ``PyDataset(workers=N,
+use_multiprocessing=False)`` thread pool) share its board, so each keeps its own row as well
+(``ThreadTimer``): busy wall, on-CPU and run-queue seconds per thread, added to the phase's
+``workers`` rows with the thread's id and name.
+
 This module imports only the standard library: ``watch`` loads it into the user's own
 interpreter (as ``stepscope_watch_stages``), and the Monitor uses it as
 ``stepscope.observe.stages``.
@@ -246,6 +251,100 @@ class BatchTimer:
         v[T_UPDATE] = time.time()
 
 
+# ------------------------------------------------------------- loading threads of this process
+
+# busy_s, cpu_s, runq_s, batches, items, item_s (exclusive of hooked stages) per loading thread
+_BUSY, _CPU, _RUNQ, _BATCHES, _ITEMS, _ITEM_S = range(6)
+# thread id -> (name, counters): written only by that thread, read by the phase boundaries.
+_threads: dict[int, tuple[str, list[float]]] = {}
+
+
+def _forget_threads() -> None:
+    _threads.clear()  # a forked pool process's threads are not its parent's loaders
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
+class ThreadTimer:
+    """Times one batch built on a loading *thread* of the training process (a Keras PyDataset
+    with ``workers=N, use_multiprocessing=False`` runs ``__getitem__`` on a thread pool).
+
+    The board counts per process, so threads would be one figure; here each thread keeps its
+    own row: wall time inside the batch, its on-CPU and run-queue time (its own schedstat), so
+    a thread waiting for Python's GIL shows as busy wall well above its CPU (a thread asleep on
+    the GIL is neither on a CPU nor runnable). Each thread writes only its own row: no lock.
+    """
+
+    __slots__ = ("_b", "_cpu0", "_row", "_rq0", "_t0", "items")
+
+    def __init__(self, items: int) -> None:
+        self.items = items
+        self._b: _Board | None = None
+        self._row: list[float] | None = None
+        self._t0 = self._cpu0 = self._rq0 = 0.0
+
+    def __enter__(self) -> ThreadTimer:
+        if _folder is None:
+            return self
+        tid = threading.get_ident()
+        entry = _threads.get(tid)
+        if entry is None:
+            entry = _threads[tid] = (threading.current_thread().name, [0.0] * 6)
+        self._row = entry[1]
+        self._b = b = board()
+        if b is not None:
+            b.push()  # hooked stages inside (a decode) are subtracted from ``item``
+        self._cpu0, self._rq0 = _sched()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        row = self._row
+        if row is None:
+            return
+        dt = time.perf_counter() - self._t0
+        cpu, rq = _sched()
+        children = self._b.local.stack.pop() if self._b is not None else 0.0
+        row[_BUSY] += dt
+        row[_CPU] += max(0.0, cpu - self._cpu0)
+        row[_RUNQ] += max(0.0, rq - self._rq0)
+        row[_BATCHES] += 1.0
+        row[_ITEMS] += float(self.items)
+        row[_ITEM_S] += max(0.0, dt - children)
+
+
+def read_threads() -> dict[int, tuple[str, list[float]]]:
+    """Every loading thread's counters now (copies)."""
+    return {tid: (name, list(row)) for tid, (name, row) in list(_threads.items())}
+
+
+def add_threads(out: dict[str, Any], before: dict[int, tuple[str, list[float]]],
+                after: dict[int, tuple[str, list[float]]], pid: int) -> None:
+    """Add the loading threads' work between two readings to a ``phase_stages`` record: one
+    ``workers`` row each (as a worker process's, with its thread id and name) and the totals;
+    ``worker_threads`` says the rows are threads of the training process."""
+    rows = []
+    for tid, (name, now) in after.items():
+        was = before.get(tid, ("", [0.0] * 6))[1]
+        d = [a - b for a, b in zip(now, was, strict=True)]
+        if d[_BATCHES] <= 0:
+            continue
+        rows.append({"pid": pid, "tid": tid, "thread": name, "busy_s": d[_BUSY],
+                     "cpu_s": d[_CPU], "runq_s": d[_RUNQ], "batches": d[_BATCHES],
+                     "items": d[_ITEMS]})
+        out["batches"] += d[_BATCHES]
+        out["items"] += d[_ITEMS]
+        out["fetch_s"] += d[_BUSY]
+        out["fetch_cpu_s"] += d[_CPU]
+        out["fetch_runq_s"] += d[_RUNQ]
+        out["stage_s"]["item"] += d[_ITEM_S]
+        out["stage_calls"]["item"] += d[_ITEMS]
+    if rows:
+        out["workers"] = out["workers"] + rows
+        out["worker_threads"] = True
+
+
 # --------------------------------------------------------------------------- reading boards
 
 
@@ -416,19 +515,23 @@ class WatchPhases:
     def __init__(self) -> None:
         self.folder = Path(_folder) if _folder else None
         self._open: dict[int, dict[int, ProcessStages]] = {}
+        self._threads: dict[int, dict[int, tuple[str, list[float]]]] = {}
         self.wait_cpu_s = 0.0  # this thread's CPU inside the loader's __next__, all phases
 
     def begin(self, seq: int) -> None:
         if self.folder is not None:
             self._open[seq] = read_boards(self.folder)
+            self._threads[seq] = read_threads()
         self._cpu0 = self.wait_cpu_s
 
     # free-form: a JSON record written as a fact, read by key (analysis/capacity.py)
     def end(self, seq: int, workers: int | None) -> dict[str, Any] | None:
         before = self._open.pop(seq, None)
+        threads = self._threads.pop(seq, {})
         if before is None or self.folder is None:
             return None
         out = phase_stages(before, read_boards(self.folder), os.getpid())
+        add_threads(out, threads, read_threads(), os.getpid())
         out.update({"loader_workers": workers, "persistent_workers": None,
                     "wait_cpu_s": self.wait_cpu_s - self._cpu0, "stages_measured": True})
         return out
