@@ -319,12 +319,13 @@ def read_threads() -> dict[int, tuple[str, list[float]]]:
     return {tid: (name, list(row)) for tid, (name, row) in list(_threads.items())}
 
 
-def add_threads(out: dict[str, Any], before: dict[int, tuple[str, list[float]]],
-                after: dict[int, tuple[str, list[float]]], pid: int) -> None:
-    """Add the loading threads' work between two readings to a ``phase_stages`` record: one
-    ``workers`` row each (as a worker process's, with its thread id and name) and the totals;
-    ``worker_threads`` says the rows are threads of the training process."""
-    rows = []
+def thread_rows(before: dict[int, tuple[str, list[float]]],
+                after: dict[int, tuple[str, list[float]]], pid: int
+                ) -> tuple[list[dict[str, float | int | str]], list[float]]:
+    """The loading threads' work between two readings: one ``workers`` row each (as a worker
+    process's, with its thread id and name) and their sums (the counters' slots)."""
+    rows: list[dict[str, float | int | str]] = []
+    total = [0.0] * 6
     for tid, (name, now) in after.items():
         was = before.get(tid, ("", [0.0] * 6))[1]
         d = [a - b for a, b in zip(now, was, strict=True)]
@@ -333,16 +334,8 @@ def add_threads(out: dict[str, Any], before: dict[int, tuple[str, list[float]]],
         rows.append({"pid": pid, "tid": tid, "thread": name, "busy_s": d[_BUSY],
                      "cpu_s": d[_CPU], "runq_s": d[_RUNQ], "batches": d[_BATCHES],
                      "items": d[_ITEMS]})
-        out["batches"] += d[_BATCHES]
-        out["items"] += d[_ITEMS]
-        out["fetch_s"] += d[_BUSY]
-        out["fetch_cpu_s"] += d[_CPU]
-        out["fetch_runq_s"] += d[_RUNQ]
-        out["stage_s"]["item"] += d[_ITEM_S]
-        out["stage_calls"]["item"] += d[_ITEMS]
-    if rows:
-        out["workers"] = out["workers"] + rows
-        out["worker_threads"] = True
+        total = [t + x for t, x in zip(total, d, strict=True)]
+    return rows, total
 
 
 # --------------------------------------------------------------------------- reading boards
@@ -531,7 +524,17 @@ class WatchPhases:
         if before is None or self.folder is None:
             return None
         out = phase_stages(before, read_boards(self.folder), os.getpid())
-        add_threads(out, threads, read_threads(), os.getpid())
+        rows, t = thread_rows(threads, read_threads(), os.getpid())
+        if rows:  # threads of this process: rows of their own, and in the totals
+            out["workers"] = out["workers"] + rows
+            out["worker_threads"] = True
+            out["batches"] += t[_BATCHES]
+            out["items"] += t[_ITEMS]
+            out["fetch_s"] += t[_BUSY]
+            out["fetch_cpu_s"] += t[_CPU]
+            out["fetch_runq_s"] += t[_RUNQ]
+            out["stage_s"]["item"] += t[_ITEM_S]
+            out["stage_calls"]["item"] += t[_ITEMS]
         out.update({"loader_workers": workers, "persistent_workers": None,
                     "wait_cpu_s": self.wait_cpu_s - self._cpu0, "stages_measured": True})
         return out
