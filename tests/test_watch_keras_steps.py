@@ -118,6 +118,28 @@ def test_new_iterator_keeps_the_open_steps_batch() -> None:
     assert _steps(rec, fd)[0][2] == 8
 
 
+def test_a_batch_the_old_iterator_asked_for_is_never_paired_with_a_step() -> None:
+    """tf.data's injected prefetch lets the last epoch's iterator ask for one batch more, ready
+    after the next epoch's iterator was made: it must not shift every later step by one (each
+    step would be paired with the batch before its own, ready before the step began: no wait
+    at all, as seen with tf-keras and a Sequence on worker threads)."""
+    steps, clock, fd, rec = _setup()
+    steps.phase_begin("train", lambda a, b: 0, 1)
+    steps.use(3, 1)
+    steps.phase_end()
+    clock.t = 101.0
+    steps.new_iterator(3)           # epoch 2's iterator
+    clock.t = 101.1
+    steps.batch_ready(3, 8, 100.9)  # the old iterator's extra batch lands now
+    steps.phase_begin("train", lambda a, b: 0, 1)
+    steps.batch_begin(0)
+    clock.t = 101.4
+    steps.batch_ready(3, 8, 101.1)  # epoch 2's batch 0: 0.3 s of loading
+    clock.t = 101.5
+    steps.phase_end()
+    assert _steps(rec, fd)[-1] == pytest.approx((0.4, 0.3, 8))
+
+
 def test_image_data_generator_stage_figures() -> None:
     stages = kstages.LoaderStages()
     before = stages.snapshot()

@@ -82,6 +82,10 @@ class KerasSteps:
         self.pulled_images = 0
         self.pulled = 0
         self.ready: dict[int, deque[tuple[float, int, float]]] = {}
+        # Per pipeline: when its current iterator was made. A batch asked for before then was
+        # asked by the iterator it replaced (tf.data's injected prefetch runs ahead), and is
+        # never consumed: queued, it would pair every later step with the batch before its own.
+        self.floor: dict[int, float] = {}
         self.active: int | None = None
         self.per_step = 1
         self.lock = threading.Lock()
@@ -113,6 +117,8 @@ class KerasSteps:
         pipeline ``token`` now (any thread)."""
         t = self.clock()
         with self.lock:
+            if requested < self.floor.get(token, requested):
+                return  # the old iterator's: see ``floor``
             q = self.ready.get(token)
             if q is None:
                 q = self.ready[token] = deque()
@@ -123,16 +129,18 @@ class KerasSteps:
         batches the old one prefetched before then are void."""
         t = self.clock() if since is None else since
         with self.lock:
+            self.floor[token] = t
             q = self.ready.get(token)
             if not q:
                 return
             # Keras makes the next epoch's iterator before the last step's window closes (at
-            # the phase end): the batches that step consumed stay.
+            # the phase end): the batches that step consumed stay. The rest were the old
+            # iterator's, ready or still on their way (asked for before now).
             keep = self.per_step if self.t_begin is not None and self.active == token else 0
             kept = [q.popleft() for _ in range(min(keep, len(q)))]
-            while q and q[0][0] < t:
-                q.popleft()
-            q.extendleft(reversed(kept))
+            fresh = [e for e in q if e[0] >= t and e[2] >= t]
+            q.clear()
+            q.extend(kept + fresh)
 
     def use(self, token: int, per_step: int) -> None:
         """The loop's next step consumes ``per_step`` batches of pipeline ``token``."""
