@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stepscope.store import rollups
 from stepscope.store.db import RunReader, RunWriter, compact_run
 from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
@@ -208,3 +210,57 @@ def test_steps_written_faster_than_they_happened_keep_the_raw_window(tmp_path: P
         assert len(r.steps()) <= 1000 + 500 + 200  # the window, one flush, one slice
         assert sum(t.steps for t in r.aggregates.step_totals()) == 6000
     w.close()
+
+
+def _fold_vs_sql_rows(out_of_order: bool, monkeypatch: pytest.MonkeyPatch
+                      ) -> tuple[int, list[list[Any]]]:
+    """The same raw rows rolled up twice, at the same moments: by the writer's StepFolder (kept
+    as rows go in) and by the SQL pass that reads them back (rollups.roll_up_steps)."""
+    rng = random.Random(7)
+    rows: list[tuple[Any, ...]] = []
+    for i in range(3000):  # 30 s at 100 steps/s: two phases, warm-up steps, three slices
+        wait, compute = rng.uniform(0.0, 0.004), rng.uniform(0.001, 0.005)
+        loss = None if i % 3 else (float("nan") if i % 300 == 0 else rng.random())
+        comm = None if i % 97 == 0 else rng.uniform(0.0, 0.001)
+        rows.append((0 if i < 1700 else 1, i, T0 + 5.0 + i / 100.0, wait + compute + 0.001,
+                     wait, 0.0, compute, 0.001, 8, i < 3 or 1700 <= i < 1703, comm, loss))
+    if out_of_order:  # a step written after the next slice had begun (a late GPU step)
+        rows.insert(520, rows.pop(490))
+    from stepscope.store import schema, stepfold
+
+    cons = [sqlite3.connect(":memory:") for _ in range(2)]
+    for con in cons:
+        con.executescript(schema.SCHEMA)
+        rollups.prepare_writer(con)
+    folder = stepfold.StepFolder()
+    folder.resync(cons[0])
+    sql_pass, sql_passes = rollups.roll_up_steps, []
+    monkeypatch.setattr(rollups, "roll_up_steps", lambda *a, **k: sql_passes.append(sql_pass(*a, **k)))
+    i = 0
+    while i < len(rows):
+        batch = rows[i:i + rng.randint(1, 400)]
+        i += len(batch)
+        folder.add(cons[0], batch)
+        cons[1].executemany(f"INSERT INTO steps VALUES ({','.join('?' * 12)})", batch)
+        if rng.random() < 0.3 or i >= len(rows):
+            final = i >= len(rows)
+            folder.roll_up(cons[0], final=final, keep_raw=600)
+            sql_pass(cons[1], final=final, keep_raw=600)
+    return len(sql_passes), [sorted(con.execute(f"SELECT {what} FROM {table}").fetchall(),
+                   key=lambda r: tuple(-1 if v is None else v for v in r))
+            for con in cons for table, what in (("step_rollups", "*"), ("steps", "rowid, *"))]
+
+
+def test_rollups_kept_as_steps_go_in_equal_those_read_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every figure of every roll-up row and the raw window the same both ways; a step out of
+    # time order sends that pass to SQL, and the folder carries on from what it left.
+    for out_of_order in (False, True):
+        sql_passes, (folded, folded_raw, read_back, read_back_raw) = _fold_vs_sql_rows(
+            out_of_order, monkeypatch)
+        assert sql_passes == (1 if out_of_order else 0)
+        assert folded_raw == read_back_raw and 600 <= len(folded_raw) < 3000
+        assert len(folded) == len(read_back) > 6
+        for a, b in zip(folded, read_back, strict=True):  # sums alike up to rounding
+            assert list(a) == [pytest.approx(y, rel=1e-12) if isinstance(y, float) else y
+                               for y in b]

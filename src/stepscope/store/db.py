@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import json
 import operator
 import os
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.errors import StoreError
-from stepscope.store import rollups
+from stepscope.store import rollups, stepfold
 from stepscope.store.queries import Aggregates
 from stepscope.store.records import (
     ArrivalRecord,
@@ -98,6 +97,10 @@ class RunWriter:
                 if con.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 0:
                     con.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
                 rollups.prepare_writer(con)
+                # Roll-up aggregates kept as steps go in (store/stepfold.py), from the rows a
+                # resumed run left unrolled on.
+                self._folder = stepfold.StepFolder()
+                self._folder.resync(con)
                 # A resumed run appends to the same database: phase ids continue after the last.
                 last = con.execute("SELECT MAX(phase_id) FROM phases").fetchone()[0]
                 self.next_phase_id = 0 if last is None else int(last) + 1
@@ -245,7 +248,7 @@ class RunWriter:
         """Fold old raw rows into roll-ups (see :mod:`stepscope.store.rollups`)."""
         self._last_rollup = time.monotonic()
         self._rolled_slice = self._newest_slice
-        rollups.roll_up_steps(con, final=final, keep_raw=self._keep_raw_steps)
+        self._folder.roll_up(con, final=final, keep_raw=self._keep_raw_steps)
         if self._newest_sample_t:
             rollups.roll_up_samples(con, self._newest_sample_t, keep_raw_s=self._keep_raw_samples_s)
 
@@ -267,7 +270,7 @@ class RunWriter:
         if kind == "steps":
             rows = self._take_step_rows()
             if rows:
-                _insert_steps(con, rows)
+                self._folder.add(con, rows)
                 self._newest_slice = max(self._newest_slice,
                                          int(rows[-1][_T_START] // rollups.STEP_INTERVAL_S))
         elif kind == "samples":
@@ -306,22 +309,6 @@ class RunWriter:
                 fields["config_json"] = json.dumps(fields.pop("config"), default=str)
             sets = ",".join(f"{k}=?" for k in fields)
             con.execute(f"UPDATE runs SET {sets} WHERE id=1", tuple(fields.values()))
-
-
-_ROWS_PER_INSERT = 128
-_INSERT_ONE = f"INSERT INTO steps VALUES ({','.join('?' * len(STEP_COLS))})"
-_INSERT_MANY = ("INSERT INTO steps VALUES "
-                + ",".join([f"({','.join('?' * len(STEP_COLS))})"] * _ROWS_PER_INSERT))
-
-
-def _insert_steps(con: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    # Many rows per statement: executemany binds and steps one row at a time, and at a trivial
-    # loop's rate that per-row round trip was a third of the writer's cost (bools bind as 0/1).
-    full = len(rows) - len(rows) % _ROWS_PER_INSERT
-    for i in range(0, full, _ROWS_PER_INSERT):
-        con.execute(_INSERT_MANY, list(itertools.chain.from_iterable(rows[i:i + _ROWS_PER_INSERT])))
-    if full < len(rows):
-        con.executemany(_INSERT_ONE, rows[full:])
 
 
 def compact_run(run_dir: Path, *, keep_raw_steps: int = 0, db_name: str = DB_NAME) -> None:

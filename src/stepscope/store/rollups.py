@@ -18,7 +18,8 @@ that pass's roll-ups marked ``raw_gone``. A reader adds the raw rows still kept 
 marked ``raw_gone`` in one statement: each step counts exactly once, even while the writer works,
 and a short run reads as raw steps only.
 
-This module and :mod:`stepscope.store.db` are the only ones that speak SQL.
+This module, :mod:`stepscope.store.stepfold` (the writer's side of the step roll-ups) and
+:mod:`stepscope.store.db` are the only ones that speak SQL to the steps.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ KEEP_RAW_SAMPLES_S = 900.0
 PERCENTILES = (50, 90, 99)
 PERCENTILE_SAMPLE = 1024
 PARTS = ("wall", "data_wait", "transfer", "compute", "comm", "other")
+# The raw rows of one roll-up group: rowids blo..bhi of one phase and warm-up flag in one slice.
+_GROUP = ("rowid >= :blo AND rowid <= :bhi AND phase_id IS :p AND warmup IS :u "
+          "AND t_start >= :t0 AND t_start < :t1")
 
 ROLLUP_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value REAL);
@@ -92,12 +96,12 @@ def has_rollups(con: sqlite3.Connection) -> bool:
     return bool(row[0])
 
 
-def _meta(con: sqlite3.Connection, key: str) -> float:
+def meta(con: sqlite3.Connection, key: str) -> float:
     row = con.execute("SELECT value FROM store_meta WHERE key=?", (key,)).fetchone()
     return float(row[0]) if row else 0.0
 
 
-def _set_meta(con: sqlite3.Connection, key: str, value: float) -> None:
+def set_meta(con: sqlite3.Connection, key: str, value: float) -> None:
     con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", (key, value))
 
 
@@ -108,7 +112,7 @@ def roll_up_steps(con: sqlite3.Connection, *, final: bool, interval_s: float = S
     Runs inside the writer's open transaction, so readers see the roll-up and the moved
     watermark together.
     """
-    rolled = int(_meta(con, "steps_rolled_rowid"))
+    rolled = int(meta(con, "steps_rolled_rowid"))
     top, newest_t = con.execute(
         "SELECT MAX(rowid), MAX(t_start) FROM steps WHERE rowid > ?", (rolled,)
     ).fetchone()
@@ -123,11 +127,11 @@ def roll_up_steps(con: sqlite3.Connection, *, final: bool, interval_s: float = S
             ).fetchone()[0]
         if upto is not None:
             _insert_step_rollups(con, rolled, int(upto), interval_s)
-            _set_meta(con, "steps_rolled_rowid", float(upto))
-    _drop_old_raw_steps(con, int(top if top is not None else rolled), keep_raw)
+            set_meta(con, "steps_rolled_rowid", float(upto))
+    drop_old_raw_steps(con, int(top if top is not None else rolled), keep_raw)
 
 
-def _drop_old_raw_steps(con: sqlite3.Connection, top: int, keep_raw: int) -> None:
+def drop_old_raw_steps(con: sqlite3.Connection, top: int, keep_raw: int) -> None:
     # Raw rows beyond the window go, a whole pass at a time, so that each roll-up row either
     # stands for steps no longer raw or for steps still raw, never for a mix.
     gone = con.execute(
@@ -143,7 +147,7 @@ def _drop_old_raw_steps(con: sqlite3.Connection, top: int, keep_raw: int) -> Non
 def prepare_writer(con: sqlite3.Connection) -> None:
     """Before a (resumed) run appends: with no raw step left, SQLite numbers the next one 1."""
     if con.execute("SELECT COUNT(*) FROM (SELECT 1 FROM steps LIMIT 1)").fetchone()[0] == 0:
-        _set_meta(con, "steps_rolled_rowid", 0.0)
+        set_meta(con, "steps_rolled_rowid", 0.0)
 
 
 def _insert_step_rollups(con: sqlite3.Connection, lo: int, hi: int, interval_s: float) -> None:
@@ -176,8 +180,6 @@ def _step_rollup_rows(con: sqlite3.Connection, lo: int, hi: int, pairs: list[Any
     """
     cols = _part_columns()
     aggs = ", ".join(f"SUM({c}), MIN({c}), MAX({c})" for c in cols)
-    group = ("rowid >= :blo AND rowid <= :bhi AND phase_id IS :p AND warmup IS :u "
-             "AND t_start >= :t0 AND t_start < :t1")
     starts = [lo + 1]
     if by_slice:
         starts += [_first_rowid_at(con, lo, hi, b * interval_s) for b in buckets[1:]]
@@ -193,11 +195,11 @@ def _step_rollup_rows(con: sqlite3.Connection, lo: int, hi: int, pairs: list[Any
             *g, first, last = con.execute(
                 f"SELECT MIN(t_start), MAX(t_start + wall_s), MIN(step), MAX(step), COUNT(*), "
                 f"SUM(images), SUM(loss), COUNT(loss), {aggs}, MIN(rowid), MAX(rowid) "
-                f"FROM steps WHERE {group}", args,
+                f"FROM steps WHERE {_GROUP}", args,
             ).fetchone()
             if g[4]:
-                rows.append((*_rollup_row(con, (phase_id, warmup, b, *g), group,
-                                          {**args, "first": first, "last": last}), hi, 0))
+                rows.append((*rollup_row(con, (phase_id, warmup, b, *g),
+                                         {**args, "first": first, "last": last}), hi, 0))
     return rows
 
 
@@ -216,10 +218,12 @@ def _first_rowid_at(con: sqlite3.Connection, lo: int, hi: int, t: float) -> int:
     return a
 
 
-def _rollup_row(con: sqlite3.Connection, g: tuple[Any, ...], group: str,
-                # free-form: SQL parameters by name
-                args: dict[str, Any]) -> tuple[Any, ...]:
-    """One roll-up row: the group's aggregates plus each part's percentiles."""
+def rollup_row(con: sqlite3.Connection, g: tuple[Any, ...],
+               # free-form: SQL parameters by name (_GROUP's, and the group's first and last rowid)
+               args: dict[str, Any]) -> tuple[Any, ...]:
+    """One roll-up row: the group's aggregates ``g`` (phase, warm-up, slice, then the columns of
+    ``step_rollups`` up to ``loss_n``, then each part's sum, minimum and maximum) plus each
+    part's percentiles, read from an even sample of the group's raw rows."""
     n = g[7]
     # Percentiles from an even sample of at most PERCENTILE_SAMPLE steps of the slice (all of
     # them at up to 100 steps/s): sorting every step of a fast loop would cost more than
@@ -232,11 +236,11 @@ def _rollup_row(con: sqlite3.Connection, g: tuple[Any, ...], group: str,
         "WITH RECURSIVE pick(id) AS (SELECT :first UNION ALL SELECT id + :k FROM pick "
         "WHERE id + :k <= :last) "
         f"SELECT {', '.join(_part_columns())} FROM pick JOIN steps ON steps.rowid = pick.id "
-        f"WHERE {group}", pick,
+        f"WHERE {_GROUP}", pick,
     ).fetchall()
     if len(sample) < min(n, PERCENTILE_SAMPLE) // 2:  # a sparse group: read it by a scan
         sample = con.execute(
-            f"SELECT {', '.join(_part_columns())} FROM steps WHERE {group} AND rowid % :k = 0",
+            f"SELECT {', '.join(_part_columns())} FROM steps WHERE {_GROUP} AND rowid % :k = 0",
             {**args, "k": max(1, n // PERCENTILE_SAMPLE)},
         ).fetchall()
     sample = sample or [tuple(g[11 + 3 * i] / n for i in range(len(PARTS)))]
@@ -257,7 +261,7 @@ def roll_up_samples(con: sqlite3.Connection, newest_t: float, *,
                     keep_raw_s: float = KEEP_RAW_SAMPLES_S) -> None:
     """Fold samples older than the raw window into per-slice mean, minimum and maximum."""
     cut = math.floor((newest_t - keep_raw_s) / interval_s) * interval_s
-    if cut <= _meta(con, "samples_rolled_t"):
+    if cut <= meta(con, "samples_rolled_t"):
         return
     args = {"cut": cut, "w": interval_s}
     con.execute(
@@ -270,4 +274,4 @@ def roll_up_samples(con: sqlite3.Connection, newest_t: float, *,
         "(SELECT source, metric, CAST(t / :w AS INTEGER) FROM samples WHERE t < :cut "
         "GROUP BY 1, 2, 3 HAVING COUNT(*) > 1)", args,
     )
-    _set_meta(con, "samples_rolled_t", cut)
+    set_meta(con, "samples_rolled_t", cut)
