@@ -65,9 +65,16 @@ def test_exception_marks_run_failed(tmp_path: Path) -> None:
 def test_break_out_of_loader_closes_phase(tmp_path: Path) -> None:
     with Monitor(tmp_path, sample=False) as mon:
         for i, _ in enumerate(mon.loader(_loader(), phase="train", epoch=0)):
+            with mon.compute():
+                time.sleep(0.002)
+            mon.set_loss(0.5 + i)
             if i == 1:
-                break
-    assert RunReader(tmp_path).phases()[0].steps == 2
+                break  # the step broken out of is closed by the loader's cleanup
+    r = RunReader(tmp_path)
+    assert r.phases()[0].steps == 2
+    steps = r.steps()
+    assert [(s.step, s.loss, s.images) for s in steps] == [(0, 0.5, 8), (1, 1.5, 8)]
+    assert all(s.compute_s >= 0.0019 and s.wall_s >= s.compute_s for s in steps)
 
 
 def test_bad_phase_name(tmp_path: Path) -> None:

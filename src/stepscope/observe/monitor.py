@@ -322,6 +322,13 @@ class Monitor(AbstractContextManager["Monitor"]):
         wait_s = 0.0
         timer = self.timer
         clock, thread_time = self._clock, time.thread_time
+        phase_id = rec.phase_id
+        # CPU steps are opened and closed here, their identity and wait kept in this frame
+        # (StepTimer.close_cpu); GPU-timed steps take the timer's open/end.
+        fast = timer.cpu_step()
+        cpu, emit = fast if fast is not None else (None, _discard)
+        offset = timer.clock_offset
+        t_start = 0.0
         try:
             t0 = clock()
             c0 = thread_time() if inline else -1.0
@@ -338,17 +345,39 @@ class Monitor(AbstractContextManager["Monitor"]):
                 if step == 0:  # the probe reads the loaders' counters after the first batch
                     probe.waited(wait, 0.0)
                 images = _count_images(batch)
-                timer.open(rec.phase_id, step, t0, wait, images, step < warm)
+                warmup = step < warm
+                t_start = t0
+                if cpu is not None:
+                    cpu.transfer_s = cpu.compute_s = cpu.comm_s = 0.0
+                    cpu.loss = None
+                    timer.current = cpu
+                else:
+                    timer.open(phase_id, step, t0, wait, images, warmup)
                 images_total += images
                 step += 1
                 yield batch
                 t0 = clock()
                 c0 = thread_time() if inline and (
                     wait >= CLOCK_MIN_S or step % CLOCK_EVERY == 0) else -1.0
-                timer.end(t0)
+                if cpu is None:
+                    timer.end(t0)
+                    continue
+                # StepTimer.close_cpu, inlined: one Python call less a step.
+                timer.current = None
+                wall = t0 - t_start
+                if wall < 0.0:
+                    wall = 0.0
+                other = wall - wait - cpu.transfer_s - cpu.compute_s - cpu.comm_s
+                emit((phase_id, step - 1, t_start + offset, wall, wait, cpu.transfer_s,
+                      cpu.compute_s, other if other > 0.0 else 0.0, images, warmup,
+                      cpu.comm_s, cpu.loss))
         finally:
             if timer.current is not None:  # the loop broke out mid-step
-                timer.end(clock())
+                if cpu is not None and timer.current is cpu:
+                    timer.close_cpu(cpu, clock(), phase_id, step - 1, t_start, wait, images,
+                                    warmup)
+                else:
+                    timer.end(clock())
             rec.steps = step
             rec.images = images_total
             self._end_phase(rec)
@@ -477,6 +506,10 @@ class _WaitCpu:
         share = read_s / self.clocked_s if self.clocked_s > 0 else 1.0
         short_s = max(wait_s - self.clocked_s - self.long_s, 0.0)
         return read_s + short_s + self.long_s * share
+
+
+def _discard(row: tuple[Any, ...]) -> None:
+    """The row sink of a loader whose steps take the timer's own path (never called)."""
 
 
 def _count(value: Any) -> int | None:
