@@ -96,3 +96,21 @@ def test_compute_bound_fix_leaves_out_what_the_run_already_used() -> None:
     assert fix.startswith("already uses bf16 autocast and channels_last") and gain is None
     fix, gain = _compute_fix({"precision": "fp32", "channels_last": False})
     assert "bf16 autocast and channels_last" in fix and gain
+
+
+def test_gil_bound_keras_threads_are_told_to_use_processes_only_when_measured() -> None:
+    summary: Any = {"loader": {"framework": "keras", "kind": "PyDataset", "class": "Batches",
+                               "workers": 2, "multiprocessing": False}}
+    pred = {"change": "use_multiprocessing=True", "images_per_s": 150.0, "speedup": 2.5,
+            "basis": "2 processes at 10.0 ms of CPU per image"}
+    measured = _agg(workers=2, loader={"threads_gil_bound": True, "processes_prediction": pred})
+    f = input_finding(measured, cores=2, summary=summary)
+    assert f is not None
+    assert "construct the Batches with workers=2, use_multiprocessing=True (now 2 threads)" \
+        in f["fix"]
+    assert f["expected_gain"].startswith("use_multiprocessing=True: predicted 2.5× faster")
+    # Without the per-thread measurement the GIL is never named, nor processes advised for it.
+    for row in ({"threads_gil_bound": None, "processes_prediction": None},
+                {"threads_gil_bound": True, "processes_prediction": None}):
+        f = input_finding(_agg(workers=2, loader=row), cores=2, summary=summary)
+        assert f is not None and "GIL" not in f["fix"] + f["expected_gain"]
