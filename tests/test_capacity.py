@@ -245,3 +245,14 @@ def test_threads_that_run_in_parallel_or_sleep_on_io_are_not_gil_bound() -> None
     # A busy host alone: runnable, waiting for a core, hardly ever asleep.
     busy_host = _threads(worker_runq_s=[2.7, 2.7], fetch_runq_s=5.4)
     assert not thread_figures(busy_host, 4.0).gil_bound
+
+
+def test_processes_prediction_says_what_a_busy_host_leaves() -> None:
+    # The host's other processes kept it busy: the job had 0.8 of its 2 cores in the phase.
+    ph = {**_phase(10.0, 7.5, main_cpu=60.0, seconds=4.0), "tree_cpu_pct": 80.0,
+          "host_cpu_pct": 100.0, "host_cores": 2}
+    lf = _threads(fetch_runq_s=3.5, worker_runq_s=[1.75, 1.75])  # waiting for a core: contended
+    cap = build_capacity(ph, lf, 2.0, cold=False)
+    pred = predict_processes(cap, lf, 4.0)
+    assert pred is not None
+    assert "the host's other processes left the job 0.8 cores" in pred.basis

@@ -464,4 +464,14 @@ def predict_processes(cap: Capacity, lf: LoaderFigures, seconds: float | None
              + (f", the job's {cap.job_cores:g} cores run at most {cpu_rate:.0f} img/s"
                 if cpu_rate is not None else "")
              + f"; the model consumes {cap.consume_images_per_s:.0f} img/s")
+    got = cap.obtainable_cores
+    if cpu_rate is not None and got is not None and cap.job_cores \
+            and got < cap.job_cores - 0.25 and cap.model_cpu_s_per_image is not None:
+        # What the same change gives while the host stays as busy as it was.
+        busy_rate = min(workers / tf.cpu_s_per_image,
+                        got / (cap.model_cpu_s_per_image + tf.cpu_s_per_image))
+        busy_new = 1.0 / max(1.0 / cap.consume_images_per_s, 1.0 / busy_rate)
+        basis += (f"; but in this phase the host's other processes left the job {got:.1f} "
+                  f"cores, on which processes would run {busy_new:.0f} img/s "
+                  f"({busy_new / cap.now_images_per_s:.2f}×)")
     return Prediction("use_multiprocessing=True", new, speedup, basis)
