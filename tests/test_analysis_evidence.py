@@ -183,6 +183,46 @@ def test_steps_per_execution_needs_timed_keras_callbacks() -> None:
     assert "steps_per_execution" not in str(build_findings(s3))
 
 
+def test_steps_per_execution_priced_from_the_timed_graph() -> None:
+    """With TensorFlow's graph timed apart from the step (loop.keras_train_calls), the gain is
+    the measured split: per batch the graph's warm work and data wait repeat, the rest of the
+    step is paid once per call. Without that measurement, the callbacks-only floor."""
+    train = _agg("train", verdict="overhead-bound", data_wait_frac=0.02, compute_frac=0.1,
+                 other_frac=0.75, other_ms_per_step=30.0, step_ms_per_step=40.0)
+    calls = {"calls": 100, "steps_per_execution": 1, "step_s": 4.0, "graph_s": 0.4,
+             "wait_s": 0.1, "work_median_s": 0.003, "work_p10_s": 0.002}
+    s = _summary(loader={"framework": "keras", "callbacks_timed": True, "train_calls": calls},
+                 by_phase={"train": train})
+    f = {f["id"]: f for f in build_findings(s)}["overhead_bound_train"]
+    # a 40 ms step; 2 ms work + 1 ms wait repeat per batch; N = 64 (the cap) divides the other
+    # 37 ms: 40 / (3 + 37/64) = 11.2x
+    assert "steps_per_execution=64" in f["fix"]
+    assert f["expected_gain"].startswith("~11× faster")
+    assert "TensorFlow's graph worked 2.0 ms" in f["evidence"]
+    assert "timed by watch around TensorFlow's function call" in f["evidence"]
+    # Already 4 batches a call (now 49 ms a call): raise it, priced per batch.
+    four = {**calls, "steps_per_execution": 4, "step_s": 4.9, "wait_s": 0.4, "work_p10_s": 0.008}
+    s4 = _summary(loader={"framework": "keras", "callbacks_timed": True, "train_calls": four},
+                  by_phase={"train": train})
+    f4 = {f["id"]: f for f in build_findings(s4)}["overhead_bound_train"]
+    assert "steps_per_execution=64 (now 4)" in f4["fix"]  # 12.25 / (3 + 37/64) ms = 3.4x
+    assert f4["expected_gain"].startswith("~3.4× faster")
+    # Already at the cap: nothing more to gain from it; the callbacks' own fix stays.
+    at_cap = {**calls, "steps_per_execution": 64}
+    s64 = _summary(loader={"framework": "keras", "callbacks_timed": True, "train_calls": at_cap},
+                   by_phase={"train": train})
+    assert "steps_per_execution" not in str(build_findings(s64))
+    # Without the graph timed (JAX, torch, an older watch) or over too few calls: the floor.
+    for untimed in (_without(s, "loader.train_calls"),
+                    _summary(loader={"framework": "keras", "callbacks_timed": True,
+                                     "train_calls": {**calls, "calls": 3}},
+                             by_phase={"train": train})):
+        g = {f["id"]: f for f in build_findings(untimed)}["overhead_bound_train"]
+        assert "steps_per_execution=" in g["fix"]
+        assert g["expected_gain"].startswith("at least")
+        assert "graph" not in g["evidence"]
+
+
 def test_tf_distribute_sentence_needs_the_recorded_strategy() -> None:
     s = _summary(loader={"framework": "keras", "distribute_strategy": "MirroredStrategy",
                          "distribute_replicas": 2})

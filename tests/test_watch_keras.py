@@ -198,6 +198,15 @@ def test_slow_callback_gets_steps_per_execution(tmp_path: Path) -> None:
     f = next(f for f in s["findings"] if f["id"] == "overhead_bound_train")
     assert "steps_per_execution=" in f["fix"] and "timed by watch" in f["evidence"]
     assert "faster" in f["expected_gain"]
+    # TensorFlow's graph timed apart from the step: the callback's sleep is outside the graph,
+    # in the per-call rest that steps_per_execution divides; the tiny model's graph is not.
+    calls = s["loader"]["train_calls"]
+    assert calls["calls"] >= 40 and calls["steps_per_execution"] == 1, calls
+    step = calls["step_s"] / calls["calls"]
+    rest = step - calls["work_p10_s"] - calls["wait_s"] / calls["calls"]
+    assert rest >= 0.9 * CALLBACK_MS / 1000, calls
+    assert calls["graph_s"] / calls["calls"] <= 0.5 * step, calls
+    assert "TensorFlow's graph worked" in f["evidence"] and f["expected_gain"].startswith("~")
     _assert_keras_words(s)
 
 

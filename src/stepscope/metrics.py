@@ -214,6 +214,7 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "loop.framework": "the framework whose loop watch followed",
     "loop.keras_backend": "Keras's backend (tensorflow, jax, torch)",
     "loop.keras_callbacks_timed": "watch timed the user's Keras batch callbacks (other_s)",
+    "loop.keras_train_calls": "steady Keras training steps on TensorFlow: wall vs the graph's run",
     "loop.distribute_strategy": "the tf.distribute strategy a Keras model ran under (class)",
     "loop.distribute_replicas": "replicas in sync of that strategy",
     "featcache.used": "phases served from the trainer's feature cache",

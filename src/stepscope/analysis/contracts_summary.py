@@ -269,9 +269,23 @@ class ModelFacts(TypedDict):
     channels_last: bool | None
 
 
+class KerasTrainCalls(TypedDict):
+    """Keras on TensorFlow, steady training steps (fact ``loop.keras_train_calls``): the step's
+    wall time against the graph TensorFlow ran inside it, one train-function call a step."""
+
+    calls: int
+    steps_per_execution: int  # batches per call
+    step_s: float  # the steps' wall time, summed
+    graph_s: float  # the graph's time in them, summed
+    wait_s: float  # the data wait in them (inside the graph on TensorFlow), summed
+    work_median_s: float  # per call: the graph's time less its data wait, median
+    work_p10_s: float  # the same, 10th percentile: the graph with its threads warm
+
+
 # Functional form: "class" is a key (the loader's class name, as watch records it).
 LoaderFacts = TypedDict("LoaderFacts", {
     "framework": str | None, "keras_backend": str | None, "callbacks_timed": bool | None,
+    "train_calls": KerasTrainCalls | None,
     "kind": str | None, "class": str | None, "workers": int | None,
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
     "cache": bool | None, "augments": bool | None,

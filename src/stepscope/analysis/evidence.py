@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+KERAS_CALLS = "loader.train_calls"  # the summary's copy of fact loop.keras_train_calls
 DECODE_MIN_MS = 0.05  # a JPEG decode takes ≥ 0.1 ms; below this nothing was decoded
 
 
@@ -65,6 +66,11 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
     # batch callbacks, and they took a material share of the training step.
     "keras_callback_overhead": (Need("loader.callbacks_timed", equals=True),
                                 Need("by_phase.train.other_frac", 0.1)),
+    # "the graph ran X ms of each Y ms step; the rest is paid once per call": watch timed the
+    # TensorFlow graph inside the Keras training steps (loop.keras_train_calls), over enough
+    # steady steps for a 10th percentile.
+    "keras_graph_timed": (Need(f"{KERAS_CALLS}.work_p10_s"),
+                          Need(f"{KERAS_CALLS}.calls", 10)),
     # "ran under tf.distribute MirroredStrategy": watch read the Keras model's strategy.
     "tf_distribute": (Need("loader.distribute_strategy"),),
 }

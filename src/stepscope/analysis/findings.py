@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from stepscope import policy
 from stepscope.analysis.contracts import Finding, Severity, by_severity, make_finding
 from stepscope.analysis.contracts_summary import (
+    KerasTrainCalls,
     MemorySection,
     ModelFacts,
     PhaseAgg,
@@ -204,31 +205,77 @@ SPE_RESIDUAL_FRAC = 0.05
 SPE_MAX = 64
 
 
+def _spe_n(o: float, now: int = 1) -> int:
+    """N that leaves a per-call share ``o`` (of a call of ``now`` batches) ≤ 5 % of the new step:
+    (1 − o)·N/now ≥ o / 0.05."""
+    return max(2, min(SPE_MAX, math.ceil(now * o / (SPE_RESIDUAL_FRAC * max(1.0 - o, 0.01)))))
+
+
 def keras_steps_per_execution(agg: PhaseAgg, summary: Summary | None
                               ) -> tuple[str, str, str] | None:
     """(fix, expected gain, evidence) for ``steps_per_execution`` on a Keras training phase whose
     measured batch-callback time (``other_frac``, claim ``keras_callback_overhead``) is material;
-    None otherwise."""
+    None otherwise. Priced from the graph's measured time when watch timed it (TensorFlow, claim
+    ``keras_graph_timed``), else a floor from the callbacks alone."""
     if summary is None or agg.get("phase") != "train" or framework_of(summary) != KERAS \
             or not holds(summary, "keras_callback_overhead"):
         return None
-    o = agg["other_frac"] or 0.0
-    n = max(2, min(SPE_MAX, math.ceil(o / (SPE_RESIDUAL_FRAC * max(1.0 - o, 0.01)))))
-    gain = 1.0 / ((1.0 - o) + o / n)
-    fix = (f"model.compile(..., steps_per_execution={n}) runs {n} batches per call, so the "
-           f"per-batch callbacks run once per {n} batches; or make them async_safe / move their "
-           "work to on_epoch_end")
     evidence = (f"the script's own on_train_batch_begin/_end callbacks held the loop "
                 f"{fmt_ms(_s(agg['other_ms_per_step']))} of every training step "
-                f"({fmt_pct(o)}, timed by watch)")
+                f"({fmt_pct(agg['other_frac'])}, timed by watch)")
+    calls = (summary.get("loader") or {}).get("train_calls")
+    if calls is not None and holds(summary, "keras_graph_timed"):
+        return _spe_from_graph(calls, evidence)
+    o = agg["other_frac"] or 0.0
+    n = _spe_n(o)
+    gain = 1.0 / ((1.0 - o) + o / n)
     # A lower bound: the train function's per-call dispatch (a tf.function/jit call, Keras's
-    # own per-batch bookkeeping) is divided by n as well, but it sits inside the step's compute
-    # and is not measured apart from the model's work. On a tiny model it is most of the
+    # own per-batch bookkeeping) is divided by n as well, but without the graph timed apart
+    # (JAX, torch) it sits inside the step's compute. On a tiny model it is most of the
     # compute, and the rerun gained 15-20× where this predicted ~4.5× (docs/keras.md).
     words = _gain_words(gain) if gain > 10 else f"at least {_gain_words(gain)}"
-    return fix, (f"{words} (callbacks then run once per {n} batches; the per-call dispatch "
-                 "inside the step is divided too, which a small model's step is mostly made "
-                 "of)"), evidence
+    return _spe_fix(n), (f"{words} (callbacks then run once per {n} batches; the per-call "
+                         "dispatch inside the step is divided too, which a small model's step "
+                         "is mostly made of)"), evidence
+
+
+def _spe_fix(n: int, now: int = 1) -> str:
+    what = f"steps_per_execution={n}" if now <= 1 else \
+        f"steps_per_execution={n} (now {now})"
+    return (f"model.compile(..., {what}) runs {n} batches per call, so the per-batch "
+            f"callbacks run once per {n} batches; or make them async_safe / move their work to "
+            "on_epoch_end")
+
+
+def _spe_from_graph(calls: KerasTrainCalls, evidence: str) -> tuple[str, str, str] | None:
+    """Price N from one call's measured parts. A longer execution repeats, per batch, the
+    graph's work with its threads warm (the 10th percentile over calls: a while loop runs its
+    batches back to back, where a call after the callbacks' pause wakes TensorFlow's idle
+    thread pools first) and the batch's data wait (on TensorFlow fetched inside the graph).
+    The rest of the step (the callbacks, Keras's per-batch Python, the tf.function dispatch, the
+    pools' wake-up) is paid once per call. With ``now`` batches a call today and N after, a batch
+    costs (work + wait) / now + rest / N instead of step / now."""
+    now = max(1, int(calls.get("steps_per_execution") or 1))
+    count = max(1.0, float(calls["calls"]))
+    step = float(calls["step_s"]) / count
+    wait = float(calls["wait_s"]) / count
+    repeat = min(float(calls["work_p10_s"]) + wait, step)
+    rest = step - repeat
+    n = _spe_n(rest / step if step > 0 else 0.0, now)
+    if n <= now:
+        return None  # already runs as many batches a call as is worth it
+    gain = (step / now) / (repeat / now + rest / n)
+    per = f"per call ({now} batches)" if now > 1 else "per batch"
+    measured = (f"{per}, TensorFlow's graph worked {fmt_ms(float(calls['work_p10_s']))} with "
+                f"its threads warm (10th percentile; median "
+                f"{fmt_ms(float(calls['work_median_s']))}) and waited {fmt_ms(wait)} for "
+                f"data, of a {fmt_ms(step)} step: the other {fmt_ms(rest)} (callbacks, Keras's "
+                "per-batch Python, the tf.function dispatch, waking the graph's threads) is paid "
+                "once per call (timed by watch around TensorFlow's function call)")
+    return (_spe_fix(n, now),
+            f"~{fmt_ratio(gain)} faster (a batch would cost the graph's "
+            f"{fmt_ms(repeat / now)} plus {fmt_ms(rest)} / {n} of per-call overhead)",
+            f"{evidence}; {measured}")
 
 
 def keras_callback_finding(agg: PhaseAgg, summary: Summary) -> Finding | None:

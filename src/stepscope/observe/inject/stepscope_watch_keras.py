@@ -26,12 +26,18 @@ if TYPE_CHECKING:
         KerasSteps,
         TimedIterable,
         mark_dataset,
+        time_graph_calls,
     )
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 else:
     try:  # in the watched interpreter these are top-level modules (see sitecustomize)
         from stepscope_watch_keras_data import describe_input, loop_sizes
-        from stepscope_watch_keras_steps import KerasSteps, TimedIterable, mark_dataset
+        from stepscope_watch_keras_steps import (
+            KerasSteps,
+            TimedIterable,
+            mark_dataset,
+            time_graph_calls,
+        )
     except ImportError:  # in-process, for stepscope.keras.Callback
         from stepscope.observe.inject.stepscope_watch_keras_data import (
             describe_input,
@@ -41,6 +47,7 @@ else:
             KerasSteps,
             TimedIterable,
             mark_dataset,
+            time_graph_calls,
         )
 
 
@@ -198,6 +205,7 @@ def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
         return _marked(tf, self, get(self), rec, steps)
 
     cls.__next__, cls._get_iterator = __next__, _get_iterator
+    time_graph_calls(steps)
 
 
 def _marked(tf: Any, owner: Any, ds: Any, rec: Recorder, steps: KerasSteps) -> Any:
@@ -247,6 +255,7 @@ def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
 
     cls.enumerate_epochs = enumerate_epochs
     cls.steps = steps_
+    time_graph_calls(steps)
 
 
 def _patch_jax(rec: Recorder, steps: KerasSteps) -> None:

@@ -25,6 +25,13 @@ bar is not timed (``verbose=2`` prints per epoch).
 With ``steps_per_execution = n`` a step is n batches; their waits are summed as if the compute
 between them were nil, an upper bound that is exact for n = 1.
 
+On TensorFlow (Keras 3 and tf-keras) the train function's graph is timed apart from the step
+(``time_graph_calls``): TensorFlow runs a ``tf.function``'s graph in ``Context.call_function``,
+wrapped with a clock pair. Each steady training step gives its wall time and the graph's time;
+the rest of the step (the callbacks, Keras's per-batch Python, the function's dispatch) is paid
+once per call, which ``steps_per_execution`` divides (fact ``loop.keras_train_calls``: sums,
+and per call the graph's own work, less the data wait in it: median and 10th percentile).
+
 Standard library only: this runs inside the user's interpreter.
 """
 
@@ -41,6 +48,45 @@ if TYPE_CHECKING:
 
 ImagesFn = Callable[[int, int], int]
 KERAS_STAGES_SEQ = "keras_stages.seq."  # the parent maps the child's phase number to its id
+MAX_CALL_SAMPLES = 20_000  # per-call graph times kept for the median (160 KB at most)
+
+
+class TrainCalls:
+    """Steady training steps' wall, graph and data-wait times, over the run (fact
+    ``loop.keras_train_calls``)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.step_s = 0.0
+        self.graph_s = 0.0
+        self.wait_s = 0.0
+        self.batches = 1
+        # per call, the graph's time less the data wait in it (the first MAX_CALL_SAMPLES)
+        self.work: list[float] = []
+
+    def add(self, wall: float, graph: float, wait: float, batches: int) -> None:
+        self.calls += 1
+        self.step_s += wall
+        self.graph_s += graph
+        self.wait_s += wait
+        self.batches = batches
+        if len(self.work) < MAX_CALL_SAMPLES:
+            self.work.append(max(graph - wait, 0.0))
+
+    def fact(self) -> dict[str, Any] | None:
+        if not self.work:
+            return None
+        ys = sorted(self.work)
+        return {"calls": self.calls, "steps_per_execution": self.batches,
+                "step_s": round(self.step_s, 6), "graph_s": round(self.graph_s, 6),
+                "wait_s": round(self.wait_s, 6),
+                "work_median_s": round(_quantile(ys, 0.5), 7),
+                "work_p10_s": round(_quantile(ys, 0.1), 7)}
+
+
+def _quantile(ys: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``ys`` (nearest rank)."""
+    return ys[min(len(ys) - 1, int(q * len(ys)))]
 
 
 class KerasSteps:
@@ -89,6 +135,11 @@ class KerasSteps:
         self.active: int | None = None
         self.per_step = 1
         self.lock = threading.Lock()
+        # The train function's graph, timed by ``time_graph_calls`` (TensorFlow only): the open
+        # step's graph seconds and calls, and the run's steady training steps.
+        self.graph_s = 0.0
+        self.graph_calls = 0
+        self.train_calls: TrainCalls | None = None
 
     # -- producers -------------------------------------------------------------------------------
     def pull_begin(self, t: float) -> None:
@@ -181,7 +232,23 @@ class KerasSteps:
             self._stage_fact(ph)
         return ph
 
+    def graph_ran(self, t0: float, t1: float) -> None:
+        """TensorFlow ran a function's graph from ``t0`` to ``t1`` (any thread: only the loop's
+        own calls, inside a step window, count)."""
+        if self.t_begin is None or threading.get_ident() != self.main_thread_id:
+            return
+        self.graph_calls += 1
+        self.graph_s += t1 - t0
+
+    def _calls_fact(self, ph: PhaseState) -> None:
+        found = self.train_calls.fact() if self.train_calls is not None else None
+        if ph.phase == "train" and found is not None:
+            self.rec.fact("loop.keras_train_calls", found,
+                          "watch: steady training steps (batch-begin to batch-begin) and the "
+                          "time TensorFlow's Context.call_function ran inside them (the graph)")
+
     def _stage_fact(self, ph: PhaseState) -> None:
+        self._calls_fact(ph)
         if self.stages is None or self._stages0 is None:
             return
         from_stages = self.stages_delta(self._stages0, self.stages.snapshot())
@@ -201,6 +268,8 @@ class KerasSteps:
         self.callback_s = 0.0
         self.pulled_images = 0
         self.pulled = 0
+        self.graph_s = 0.0
+        self.graph_calls = 0
 
     def _close(self, t: float) -> None:
         if self.t_begin is None or self.phase is None:
@@ -215,6 +284,10 @@ class KerasSteps:
         if images is None:
             images = self.images_fn(self.first, self.first + self.per_step - 1)
         wait = min(wait, max(t - self.t_start, 0.0))
+        if self.train_calls is not None and self.graph_calls > 0 \
+                and self.phase.phase == "train" and self.phase.steps >= self.phase.warm:
+            # TensorFlow fetches the batch inside the graph: its wait is part of the graph time
+            self.train_calls.add(max(t - self.t_start, 0.0), self.graph_s, wait, self.per_step)
         self.rec.begin_step(self.phase, self.t_start, self.t_start + wait, images)
         if self.rec.step is not None:
             self.rec.step.other_s = min(self.callback_s, max(t - self.t_start - wait, 0.0))
@@ -235,6 +308,32 @@ class KerasSteps:
                 last, n, _ = q.popleft()
                 images += n
         return last, images, first_request
+
+
+def time_graph_calls(steps: KerasSteps) -> None:
+    """Time every graph TensorFlow runs for a ``tf.function`` call (``Context.call_function``,
+    the eager entry of ``AtomicFunction.call_flat``): two clock reads and a method call, a few
+    microseconds per train-function call. Eager single ops (``execute.execute`` from Python)
+    do not pass here: they stay in the step's per-call overhead, where Keras's own
+    ``Optional.has_value``/``get_value`` after each call belong."""
+    from tensorflow.python.eager import context
+
+    cls = context.Context
+    inner = cls.call_function
+    if getattr(inner, "_stepscope", False):
+        return
+    clock, ran = steps.clock, steps.graph_ran
+
+    def call_function(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = clock()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            ran(t0, clock())
+
+    call_function._stepscope = True  # type: ignore[attr-defined]
+    cls.call_function = call_function
+    steps.train_calls = TrainCalls()
 
 
 class TimedIterable:
