@@ -190,18 +190,19 @@ def test_steps_per_execution_priced_from_the_timed_graph() -> None:
     train = _agg("train", verdict="overhead-bound", data_wait_frac=0.02, compute_frac=0.1,
                  other_frac=0.75, other_ms_per_step=30.0, step_ms_per_step=40.0)
     calls = {"calls": 100, "steps_per_execution": 1, "step_s": 4.0, "graph_s": 0.4,
-             "wait_s": 0.1, "work_median_s": 0.003, "work_p10_s": 0.002}
+             "wait_s": 0.1, "work_median_s": 0.002, "work_p10_s": 0.0015}
     s = _summary(loader={"framework": "keras", "callbacks_timed": True, "train_calls": calls},
                  by_phase={"train": train})
     f = {f["id"]: f for f in build_findings(s)}["overhead_bound_train"]
-    # a 40 ms step; 2 ms work + 1 ms wait repeat per batch; N = 64 (the cap) divides the other
-    # 37 ms: 40 / (3 + 37/64) = 11.2x
+    # a 40 ms step; 2 ms work (median) + 1 ms wait repeat per batch; N = 64 (the cap) divides the
+    # other 37 ms: 40 / (3 + 37/64) = 11.2x
     assert "steps_per_execution=64" in f["fix"]
     assert f["expected_gain"].startswith("~11× faster")
     assert "TensorFlow's graph worked 2.0 ms" in f["evidence"]
     assert "timed by watch around TensorFlow's function call" in f["evidence"]
     # Already 4 batches a call (now 49 ms a call): raise it, priced per batch.
-    four = {**calls, "steps_per_execution": 4, "step_s": 4.9, "wait_s": 0.4, "work_p10_s": 0.008}
+    four = {**calls, "steps_per_execution": 4, "step_s": 4.9, "wait_s": 0.4,
+            "work_median_s": 0.008}
     s4 = _summary(loader={"framework": "keras", "callbacks_timed": True, "train_calls": four},
                   by_phase={"train": train})
     f4 = {f["id"]: f for f in build_findings(s4)}["overhead_bound_train"]

@@ -279,7 +279,7 @@ class KerasTrainCalls(TypedDict):
     graph_s: float  # the graph's time in them, summed
     wait_s: float  # the data wait in them (inside the graph on TensorFlow), summed
     work_median_s: float  # per call: the graph's time less its data wait, median
-    work_p10_s: float  # the same, 10th percentile: the graph with its threads warm
+    work_p10_s: float  # the same, 10th percentile (its threads warm, as in a long execution)
 
 
 # Functional form: "class" is a key (the loader's class name, as watch records it).

@@ -68,8 +68,8 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
                                 Need("by_phase.train.other_frac", 0.1)),
     # "the graph ran X ms of each Y ms step; the rest is paid once per call": watch timed the
     # TensorFlow graph inside the Keras training steps (loop.keras_train_calls), over enough
-    # steady steps for a 10th percentile.
-    "keras_graph_timed": (Need(f"{KERAS_CALLS}.work_p10_s"),
+    # steady steps for a median.
+    "keras_graph_timed": (Need(f"{KERAS_CALLS}.work_median_s"),
                           Need(f"{KERAS_CALLS}.calls", 10)),
     # "ran under tf.distribute MirroredStrategy": watch read the Keras model's strategy.
     "tf_distribute": (Need("loader.distribute_strategy"),),

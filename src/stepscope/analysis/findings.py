@@ -248,30 +248,30 @@ def _spe_fix(n: int, now: int = 1) -> str:
 
 
 def _spe_from_graph(calls: KerasTrainCalls, evidence: str) -> tuple[str, str, str] | None:
-    """Price N from one call's measured parts. A longer execution repeats, per batch, the
-    graph's work with its threads warm (the 10th percentile over calls: a while loop runs its
-    batches back to back, where a call after the callbacks' pause wakes TensorFlow's idle
-    thread pools first) and the batch's data wait (on TensorFlow fetched inside the graph).
-    The rest of the step (the callbacks, Keras's per-batch Python, the tf.function dispatch, the
-    pools' wake-up) is paid once per call. With ``now`` batches a call today and N after, a batch
-    costs (work + wait) / now + rest / N instead of step / now."""
+    """Price N from one call's measured parts: the graph's work (median over calls, so a few
+    descheduled calls do not count as work) and the data wait (on TensorFlow fetched inside the
+    graph) repeat per batch; the rest of the step (the callbacks, Keras's per-batch Python, the
+    tf.function dispatch) is paid once per call. With ``now`` batches a call today and N after, a
+    batch costs (work + wait) / now + rest / N instead of step / now. Not modelled: a longer
+    execution runs its batches back to back, so the graph's threads stay warm (its work falls)
+    while a loader that filled its buffer during the callbacks now has to keep pace (the wait
+    rises); docs/keras.md has both, measured."""
     now = max(1, int(calls.get("steps_per_execution") or 1))
     count = max(1.0, float(calls["calls"]))
     step = float(calls["step_s"]) / count
     wait = float(calls["wait_s"]) / count
-    repeat = min(float(calls["work_p10_s"]) + wait, step)
+    repeat = min(float(calls["work_median_s"]) + wait, step)
     rest = step - repeat
     n = _spe_n(rest / step if step > 0 else 0.0, now)
     if n <= now:
         return None  # already runs as many batches a call as is worth it
     gain = (step / now) / (repeat / now + rest / n)
     per = f"per call ({now} batches)" if now > 1 else "per batch"
-    measured = (f"{per}, TensorFlow's graph worked {fmt_ms(float(calls['work_p10_s']))} with "
-                f"its threads warm (10th percentile; median "
-                f"{fmt_ms(float(calls['work_median_s']))}) and waited {fmt_ms(wait)} for "
-                f"data, of a {fmt_ms(step)} step: the other {fmt_ms(rest)} (callbacks, Keras's "
-                "per-batch Python, the tf.function dispatch, waking the graph's threads) is paid "
-                "once per call (timed by watch around TensorFlow's function call)")
+    measured = (f"{per}, TensorFlow's graph worked {fmt_ms(float(calls['work_median_s']))} "
+                f"(median over calls) and waited {fmt_ms(wait)} for data, of a "
+                f"{fmt_ms(step)} step: the other {fmt_ms(rest)} (callbacks, Keras's per-batch "
+                "Python, the tf.function dispatch) is paid once per call (timed by watch around "
+                "TensorFlow's function call)")
     return (_spe_fix(n, now),
             f"~{fmt_ratio(gain)} faster (a batch would cost the graph's "
             f"{fmt_ms(repeat / now)} plus {fmt_ms(rest)} / {n} of per-call overhead)",
