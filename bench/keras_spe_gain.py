@@ -10,7 +10,8 @@ as many batches per epoch so an epoch still lasts long enough to time (its per-e
 costs weigh more in it: the achieved figure errs low, if anything).
 
 Usage:
-    .venv/bin/python bench/keras_spe_gain.py [--pairs 2] [--steps 192] [--callback-ms 30]
+    PYTHONPATH=$PWD/src .venv/bin/python bench/keras_spe_gain.py [--pairs 3] [--steps 192]
+        [--callback-ms 30]
 
 The last line is one JSON object: predicted and achieved (median over pairs) speed-ups.
 """

@@ -11,7 +11,11 @@ import pytest
 from stepscope.analysis.keras_loader import stage_fields
 from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
 from stepscope.observe.inject import stepscope_watch_recorder as recorder
-from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, TimedIterable
+from stepscope.observe.inject.stepscope_watch_keras_steps import (
+    KerasSteps,
+    TimedIterable,
+    TrainCalls,
+)
 
 
 class _Clock:
@@ -154,3 +158,38 @@ def test_image_data_generator_stage_figures() -> None:
                                                     "preprocess": 2.0})
     assert fields["thread_busy_frac"] == pytest.approx([0.25])
     assert kstages.delta(before, before) is None
+
+
+def _facts(rec: recorder.Recorder, read_fd: int) -> dict[str, object]:
+    rec.channel.flush()
+    os.close(rec.channel._fd)
+    with os.fdopen(read_fd, "rb") as f:
+        msgs = [json.loads(line) for line in f]
+    return {m[1]: m[2] for m in msgs if m[0] == "F"}
+
+
+def test_tensorflow_graph_time_is_split_from_the_step() -> None:
+    """The graph TensorFlow ran inside each training step (``graph_ran``, as the wrapped
+    ``Context.call_function`` reports it) against the step: warm-up steps left out, the data wait
+    taken out of the graph (TensorFlow fetches the batch inside it), written at the phase end."""
+    steps, clock, fd, rec = _setup()
+    steps.train_calls = TrainCalls()
+    steps.phase_begin("train", lambda a, b: 8, 1)
+    steps.use(7, 1)
+    graphs = [0.004] * recorder.WARMUP_STEPS + [0.007, 0.008, 0.009]
+    for i, graph in enumerate(graphs):
+        steps.batch_begin(i)
+        t0 = clock.t
+        clock.t += 0.001
+        steps.batch_ready(7, 8, t0)   # asked for at the call's start, ready 1 ms later
+        clock.t = t0 + graph
+        steps.graph_ran(t0, clock.t)  # the call's graph, the wait inside it
+        clock.t += 0.030              # the user's callback
+    steps.phase_end()
+    calls = _facts(rec, fd)["loop.keras_train_calls"]
+    assert isinstance(calls, dict)
+    assert calls["calls"] == 3 and calls["steps_per_execution"] == 1
+    assert calls["graph_s"] == pytest.approx(0.024)
+    assert calls["step_s"] == pytest.approx(0.024 + 3 * 0.030)
+    assert calls["wait_s"] == pytest.approx(0.003)
+    assert calls["work_median_s"] == pytest.approx(0.007)  # 8 ms of graph less 1 ms of wait

@@ -73,7 +73,7 @@ class TrainCalls:
         if len(self.work) < MAX_CALL_SAMPLES:
             self.work.append(max(graph - wait, 0.0))
 
-    def fact(self) -> dict[str, Any] | None:
+    def fact(self) -> dict[str, float] | None:
         if not self.work:
             return None
         ys = sorted(self.work)
