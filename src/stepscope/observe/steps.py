@@ -114,9 +114,10 @@ class StepTimer:
                   data_wait_s: float, images: int, warmup: bool) -> None:
         """:meth:`end` for a CPU step whose identity and wait the loader kept in its own frame.
 
-        The loader resets ``s`` (parts to 0, no loss) and makes it :attr:`current` itself, then
-        calls this once: one call a step instead of ``open`` and ``end``, and no attribute
-        traffic for what the loader already holds (about a microsecond a step).
+        The loader resets ``s`` (parts to 0, no loss) and makes it :attr:`current` itself, and
+        closes it with these same lines written out in its loop (a call less a step; this
+        method is the reference, and closes a step the loop broke out of): no ``open``/``end``
+        calls and no attribute traffic for what the loader already holds.
         """
         self.current = None
         wall = t_end - t_start
