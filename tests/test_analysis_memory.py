@@ -9,8 +9,9 @@ import pytest
 
 from stepscope.analysis.memory import detect_pool, footprint_line
 from stepscope.analysis.summary import build_summary
-from stepscope.store.db import RunReader
-from tests.analysis_runs import CPU_FACTS, PhaseSpec, RunSpec, make_run
+from stepscope.store.db import RunReader, RunWriter
+from stepscope.store.records import ProcessInfo, RunInfo, Sample
+from tests.analysis_runs import CPU_FACTS, T0, PhaseSpec, RunSpec, make_run
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
@@ -141,3 +142,17 @@ def test_gpu_busy_phase_is_not_called_input_bound(tmp_path: Path) -> None:
     assert s["phases"][0]["verdict"] == "compute-bound"
     assert s["by_phase"]["train"]["verdict"] == "compute-bound"
     assert "95 %" in s["by_phase"]["train"]["verdict_note"]
+
+
+def test_a_reused_run_folder_ledgers_the_newest_attempt(tmp_path: Path) -> None:
+    # `watch --out DIR` on a folder that already held an attempt (here one that failed at
+    # start-up, 15 MB of RSS) appends to its store: two `main` processes. The facts are the
+    # newest attempt's, so its process is the total's (the first main gave -5145 %).
+    stale = RunWriter(tmp_path, RunInfo(name="test", command="pytest", started=T0 - 30, pid=40))
+    stale.put_process(ProcessInfo(41, 40, "main", "python", T0 - 30, T0 - 29))
+    stale.add_samples([Sample(T0 - 29.5, "proc:41", "rss_bytes", 15e6)])
+    stale.close("failed", 1)
+    mem = _summary(tmp_path, RunSpec([PhaseSpec(1)], facts=dict(CPU_FACTS)))["memory"]
+    _adds_up(mem)
+    assert mem["main_rss_bytes"] > 1e9
+    assert 0 <= mem["unattributed_frac"] <= 0.10
