@@ -33,6 +33,7 @@ RUNNABLE = [
     "stepscope.render.tune",
     "stepscope.store.export",
     "stepscope.store.rundir",
+    "stepscope.store.stepfold",
     "stepscope.train.augment",
     "stepscope.train.models",
     "stepscope.train.precision",

@@ -101,10 +101,21 @@ class StepFolder:
     """Roll-up aggregates of the raw steps after the watermark, kept as the writer inserts them.
 
     Examples:
+        >>> import sqlite3
+        >>> from stepscope.store import schema
+        >>> con = sqlite3.connect(":memory:")
+        >>> _ = con.executescript(schema.SCHEMA)
+        >>> rollups.prepare_writer(con)
         >>> folder = StepFolder()
         >>> folder.resync(con)
-        >>> folder.add(con, rows)                      # instead of an INSERT
-        >>> folder.roll_up(con, final=False, keep_raw=50_000)
+        >>> folder.add(con, [(0, 0, 100.0, 0.5, 0.1, 0.0, 0.4, 0.0, 8, False, 0.0, None),
+        ...                  (0, 1, 100.5, 0.25, 0.05, 0.0, 0.2, 0.0, 8, False, 0.0, 2.0)])
+        >>> folder.roll_up(con, final=True, keep_raw=0)
+        >>> con.execute("SELECT steps, wall_sum, wall_max, loss_sum, loss_n FROM step_rollups"
+        ...             ).fetchall()
+        [(2, 0.75, 0.5, 2.0, 1)]
+        >>> con.execute("SELECT COUNT(*) FROM steps").fetchone()  # keep_raw=0: none left raw
+        (0,)
     """
 
     def __init__(self, interval_s: float = rollups.STEP_INTERVAL_S) -> None:
