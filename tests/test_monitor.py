@@ -137,3 +137,27 @@ def test_microsecond_waits_are_clocked_one_in_many(tmp_path: Path,
     assert len(reads) <= 2 * (5000 // CLOCK_EVERY + long_waits + 2)
     short_s = sum(s.data_wait_s for s in steps if s.data_wait_s < CLOCK_MIN_S)
     assert 0.5 * short_s <= fact["wait_cpu_s"] <= fact["wait_s"]
+
+
+def test_images_counted_from_the_first_tensor_like_element() -> None:
+    # Exact tuples, lists and numbers take a fast path; subclasses and other types the general
+    # one, twice each (the second time from the per-type cache): the counts must not differ.
+    import collections
+
+    import numpy as np
+
+    from stepscope.observe.monitor import _count_images
+
+    pair = collections.namedtuple("pair", "x y")
+
+    class Batch(list):  # a list subclass holding tensors
+        pass
+
+    cases = [((5, 1), 1), ([1.0, 2.0], 1), ((True, 1), 1), (pair(3, 4), 1),
+             ((np.zeros((4, 2)), 1), 4), ([[7, 8]], 1), ({"a": np.zeros(3)}, 3),
+             ((np.float64(1.0),), 1), ((np.int64(2),), 1), ((np.array(5.0),), 1),
+             (({"x": torch.zeros(6, 2)},), 6), ((torch.zeros(5, 3), torch.zeros(5)), 5),
+             (pair(torch.zeros(7), 0), 7), (Batch([torch.zeros(2, 1)]), 2), ("abc", 3),
+             (None, 1), ((), 0), ([], 0)]
+    for _ in range(2):
+        assert [_count_images(batch) for batch, _n in cases] == [n for _b, n in cases]
