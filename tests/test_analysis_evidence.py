@@ -206,7 +206,7 @@ def test_steps_per_execution_priced_from_the_timed_graph() -> None:
     s4 = _summary(loader={"framework": "keras", "callbacks_timed": True, "train_calls": four},
                   by_phase={"train": train})
     f4 = {f["id"]: f for f in build_findings(s4)}["overhead_bound_train"]
-    assert "steps_per_execution=64 (now 4)" in f4["fix"]  # 12.25 / (3 + 37/64) ms = 3.4x
+    assert "steps_per_execution=64) (now 4)" in f4["fix"]  # 12.25 / (3 + 37/64) ms = 3.4x
     assert f4["expected_gain"].startswith("~3.4× faster")
     # Already at the cap: nothing more to gain from it; the callbacks' own fix stays.
     at_cap = {**calls, "steps_per_execution": 64}

@@ -240,11 +240,10 @@ def keras_steps_per_execution(agg: PhaseAgg, summary: Summary | None
 
 
 def _spe_fix(n: int, now: int = 1) -> str:
-    what = f"steps_per_execution={n}" if now <= 1 else \
-        f"steps_per_execution={n} (now {now})"
-    return (f"model.compile(..., {what}) runs {n} batches per call, so the per-batch "
-            f"callbacks run once per {n} batches; or make them async_safe / move their work to "
-            "on_epoch_end")
+    now_words = "" if now <= 1 else f" (now {now})"
+    return (f"model.compile(..., steps_per_execution={n}){now_words} runs {n} batches per call, "
+            f"so the per-batch callbacks run once per {n} batches; or make them async_safe / "
+            "move their work to on_epoch_end")
 
 
 def _spe_from_graph(calls: KerasTrainCalls, evidence: str) -> tuple[str, str, str] | None:
