@@ -227,6 +227,18 @@ def test_tf_keras_generator_input_bound(tmp_path: Path) -> None:
 def test_tf_keras_generator_compute_bound(tmp_path: Path) -> None:
     s = _run(tmp_path, "tensorflow", "generator", "0", "conv", "--legacy", "--steps", "24")
     _assert_compute_bound(s, 24)
+    # The memory ledger reads tf-keras's variables, whose dtype is a tf.DType: the conv net has
+    # 3*3*3*32+32 + 3*3*32*64+64 + 64+1 = 19,457 float32 parameters; Adam keeps two float32
+    # slots per parameter and an int64 iteration count.
+    params = 3 * 3 * 3 * 32 + 32 + 3 * 3 * 32 * 64 + 64 + 64 + 1
+    assert s["model"]["params"] == params
+    mem = s["memory"]
+    items = {i["item"]: i["bytes"] for i in mem["ledger"]}
+    assert items["weights"] == 4 * params
+    assert items["optimizer state"] == 2 * 4 * params + 8
+    assert "framework/runtime baseline" in items
+    assert not [n for n in s["notes"] if "memory facts not read" in n]
+    assert mem["unattributed_frac"] is not None and mem["unattributed_frac"] <= 0.2
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ cache, and whether an ImageDataGenerator augments. The advice reads them.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -424,9 +425,30 @@ def _val_x(a: dict[str, Any]) -> Any:
 
 
 def _variables_bytes(variables: Any) -> int:
+    return sum(_count(v) * _itemsize(v.dtype) for v in variables)
+
+
+def _itemsize(dtype: Any) -> int:
+    """Bytes per element of a variable's dtype, whichever framework made it. Keras 3 variables
+    (every backend) carry a string ("float32"); tf-keras variables are ``tf.Variable``s, whose
+    ``tf.DType`` NumPy does not understand (``str`` gives "<dtype: 'float32'>") but whose
+    ``size`` is the element's bytes; NumPy and torch dtypes have ``itemsize``."""
+    for attr in ("itemsize", "size"):
+        size = getattr(dtype, attr, None)
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            return size
+    name = str(getattr(dtype, "name", None) or dtype)
     import numpy as np  # Keras depends on NumPy
 
-    return sum(_count(v) * np.dtype(str(v.dtype).replace("tf.", "")).itemsize for v in variables)
+    try:
+        return int(np.dtype(name).itemsize)
+    except TypeError:
+        # bfloat16 and float8 names NumPy knows only once ml_dtypes registered them: the
+        # name's bit width is the element's (one byte at least: 4-bit types are stored so).
+        bits = re.search(r"(\d+)", name)
+        if bits is None:
+            raise
+        return max(1, int(bits.group(1)) // 8)
 
 
 def _count(v: Any) -> int:
@@ -449,7 +471,9 @@ def ledger_facts(model: Any, rec: Recorder) -> None:
                  "watch: Keras model.trainable_weights")
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:
-            o_bytes = _variables_bytes(optimizer.variables)
+            variables = optimizer.variables
+            # tf-keras's legacy optimizers (tf.keras.optimizers.legacy.*) have variables()
+            o_bytes = _variables_bytes(variables() if callable(variables) else variables)
             rec.fact("mem.optimizer_bytes", o_bytes,
                      "watch: Keras optimizer.variables after the first training phase")
     except Exception as exc:  # facts are a nicety; never break the fit
