@@ -10,9 +10,14 @@ STAMP := $(VENV)/.stepscope-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch/torchvision first, pinned: these machines hold the wheels on disk.
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e '.[dev]'
+	# torch/torchvision pinned: these machines hold those wheels on disk. One pip run resolves
+	# everything at once. pip byte-compiles what it installs on one core; compileall does it on
+	# every core. The .pyc files must exist: this environment sets PYTHONDONTWRITEBYTECODE=1, so
+	# an import never writes one, and without them every test process would compile torch,
+	# TensorFlow and JAX from source (a suite 20 minutes longer). A few files that ship in
+	# site-packages are not Python 3 (test data, templates): compileall reports them and goes on.
+	$(PY) -m pip install -q --no-compile torch==2.14.1 torchvision==0.29.1 -e '.[dev]'
+	$(PY) -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,21 +29,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-# Each test module runs in its own interpreter: the suite starts real trainers, DataLoader
-# workers, DDP ranks and framework runtimes, and one module's leftover children, threads or
-# page-cache state must not change what a later module measures. Modules marked
-# `pytestmark = pytest.mark.light` (quick, no process, no thread: conftest checks) share one
-# interpreter, which saves a start-up each. Every module runs; any failure fails the target.
-LIGHT := $(shell grep -l '^pytestmark = pytest.mark.light' tests/test_*.py)
+# The suite runs in two lanes (scripts/run-tests says how and why): modules whose assertions rest
+# on time run one at a time at normal priority; the type check and the modules that assert no
+# time (marked light or untimed) run beside them at a lower priority.
 pytest: $(STAMP)
-	@fail=""; \
-	$(if $(LIGHT),$(PY) -m pytest -q -p no:cacheprovider $(LIGHT) || fail=" light modules";) \
-	for f in $(filter-out $(LIGHT),$(wildcard tests/test_*.py)); do \
-	  $(PY) -m pytest -q -p no:cacheprovider $$f || fail="$$fail $$f"; \
-	done; \
-	if [ -n "$$fail" ]; then echo "failed modules:$$fail"; exit 1; fi; echo "all test modules passed"
+	PY=$(PY) scripts/run-tests
 
-test: lint typecheck pytest
+test: lint $(STAMP)
+	PY=$(PY) scripts/run-tests --mypy $(VENV)/bin/mypy
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

@@ -36,6 +36,9 @@ from stepscope.train.synth import encode_jpeg, render_image
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
+
 SIZE = 299
 
 

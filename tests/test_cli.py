@@ -12,6 +12,9 @@ from typer.testing import CliRunner
 from stepscope.cli import app
 from tests.conftest import data_flags
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
+
 COMMANDS = ["demo", "data synth", "train", "predict", "report", "explain", "compare", "top",
             "doctor", "watch", "tune", "export"]
 runner = CliRunner()

@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import stepscope
+
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
 
 SRC = str(Path(__file__).parents[1] / "src")
 

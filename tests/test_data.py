@@ -30,6 +30,8 @@ from stepscope.train.data import (
 )
 from stepscope.train.synth import encode_jpeg
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
 
 def _jpeg(path: Path, seed: int = 0, hw: tuple[int, int] = (40, 60)) -> Path:
     rgb = np.random.default_rng(seed).integers(0, 256, (*hw, 3), dtype=np.uint8)

@@ -25,6 +25,9 @@ from stepscope.train.loop import train
 from stepscope.train.models import TransferModel, create_model
 from tests.conftest import data_flags
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
+
 CPU = torch.device("cpu")
 
 

@@ -31,6 +31,9 @@ from stepscope.train.data import (
 )
 from stepscope.train.synth import encode_jpeg
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
+
 CASES: Counter[str] = Counter()
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

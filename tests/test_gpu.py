@@ -15,6 +15,8 @@ import pytest
 from stepscope.observe.base import SamplerUnavailable
 from stepscope.observe.gpu import GpuSampler, Nvml, torch_allocator_samples
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
 
 def test_without_a_gpu_nvml_is_unavailable_with_the_reason() -> None:
     notes: list[tuple[str, str]] = []

@@ -24,6 +24,9 @@ from stepscope.train.augment import (
 from stepscope.train.data import Batch
 from stepscope.train.gpuaug import DevicePrefetcher, GpuAugment, to_device, warp_batch
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
+
 SIZE = 96
 
 

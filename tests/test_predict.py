@@ -16,6 +16,8 @@ from stepscope.train import checkpoint, models
 from stepscope.train.predict import predict
 from stepscope.train.synth import encode_jpeg
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:

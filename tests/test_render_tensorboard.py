@@ -28,6 +28,8 @@ from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E4
     EventAccumulator,
 )
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
 
 def _extra_samples() -> list[Sample]:
     out = []

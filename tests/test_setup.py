@@ -11,6 +11,9 @@ from stepscope.train.setup import resolve_device, resolve_workers
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
+
 def test_workers_auto_on_cpu_loads_cheap_pipelines_inline() -> None:
     assert resolve_workers("auto", cores=2, device=CPU, backend="fused") == 0
     assert resolve_workers("auto", cores=2, device=CPU, backend="none") == 0
