@@ -15,6 +15,8 @@ from stepscope.train.gpuaug import GpuAugment
 from stepscope.train.loop import train
 from tests.conftest import data_flags
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
 # One trunk thread: on a shared 2-core machine two OpenMP threads plus a loader worker
 # oversubscribe the cores, and OpenMP's spin-waits then make every layer wait for a time slice
 # (measured here: 86 s instead of 6.6 s for the same run).

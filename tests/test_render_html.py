@@ -22,9 +22,6 @@ from stepscope.render.html_compare import write_compare_report
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
 
-pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
-
-
 EVIL = "<script>alert(1)</script>"
 ROOT = Path(__file__).resolve().parents[1]
 

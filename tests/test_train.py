@@ -14,6 +14,8 @@ from stepscope.train.config import resolve_config
 from stepscope.train.loop import train
 from tests.conftest import data_flags
 
+pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
+
 
 @pytest.mark.slow
 def test_three_epochs_reach_090_val_accuracy(synth400: Path, tmp_path: Path) -> None:
