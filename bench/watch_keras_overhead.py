@@ -109,6 +109,7 @@ def main() -> None:
     args = parser.parse_args()
     ratios: list[float] = []
     cpu_ratios: list[float] = []
+    loads: list[float] = []  # 1-minute load average at each pair's start and end
     with tempfile.TemporaryDirectory(prefix="stepscope-watch-keras-bench-") as tmp:
         work = Path(tmp)
         script = work / "keras_small.py"
@@ -116,22 +117,27 @@ def main() -> None:
         for i in range(max(args.runs, 3)):
             # Alternate which goes first so a drift in machine load favours neither.
             order = (False, True) if i % 2 == 0 else (True, False)
+            loads.append(os.getloadavg()[0])
             rates = {w: _run(script, work, i, w, args.steps, args.interval) for w in order}
+            loads.append(os.getloadavg()[0])
             bare, watched = rates[False], rates[True]
             ratios.append(watched["images_per_s"] / bare["images_per_s"])
             cpu_ratios.append(watched["cpu_s_per_image"] / bare["cpu_s_per_image"])
             print(f"pair {i}: bare {bare['images_per_s']:.0f} img/s, watched "
                   f"{watched['images_per_s']:.0f} img/s, ratio {ratios[-1]:.4f}; "
-                  f"training-process CPU per image watched/bare {cpu_ratios[-1]:.4f}",
+                  f"training-process CPU per image watched/bare {cpu_ratios[-1]:.4f}; "
+                  f"load {loads[-2]:.1f}-{loads[-1]:.1f}",
                   file=sys.stderr, flush=True)
     print(f"watched/bare throughput: median {statistics.median(ratios):.4f} "
           f"(min {min(ratios):.4f}, max {max(ratios):.4f}) over {len(ratios)} pairs; "
           f"training-process CPU per image watched/bare: median "
-          f"{statistics.median(cpu_ratios):.4f}")
+          f"{statistics.median(cpu_ratios):.4f}; load average {min(loads):.1f}-{max(loads):.1f}")
     print(json.dumps({"figure": "watch_keras_overhead_ratio",
                       "value": round(statistics.median(ratios), 4),
                       "min": round(min(ratios), 4), "max": round(max(ratios), 4),
-                      "runs": len(ratios)}))
+                      "runs": len(ratios),
+                      "cpu_per_image_ratio": round(statistics.median(cpu_ratios), 4),
+                      "load_min": round(min(loads), 1), "load_max": round(max(loads), 1)}))
 
 
 if __name__ == "__main__":
