@@ -394,8 +394,8 @@ def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
     pipelines) is marked *inside* that prefetch: ``inner.prefetch(n)`` becomes
     ``mark(inner).prefetch(n)``. Appended after it, the mark's ``map`` would be a synchronous
     last stage, and tf.data's ``inject_prefetch`` (on by default) would put a second prefetch
-    buffer after it that the unwatched run does not have: the watched run was then 5-19 %
-    faster than the bare one (docs/performance.md). Inside the prefetch the batch is noted when
+    buffer after it that the unwatched run does not have, and the watched run ran faster than
+    the bare one (docs/performance.md). Inside the prefetch the batch is noted when
     it enters the buffer, asked for when the buffer's thread asked: the wait is still
     ``ready - max(begin, request)``, zero when the buffer held the batch.
     """
