@@ -10,6 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from stepscope.cli import app
+from stepscope.store.db import RunWriter
+from stepscope.store.records import RunInfo
 from tests.conftest import data_flags
 
 pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
@@ -50,6 +52,13 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 def test_not_a_run_directory(tmp_path: Path) -> None:
     r = _cli("explain", str(tmp_path))
     assert r.returncode == 2 and "no run database" in r.stderr
+
+
+def test_watch_refuses_a_folder_that_holds_a_run(tmp_path: Path) -> None:
+    RunWriter(tmp_path, RunInfo(name="first", command="python train.py", kind="watch")).close()
+    r = _cli("watch", "--out", str(tmp_path), "--", sys.executable, "-c", "print('ran')")
+    assert r.returncode == 2 and "already holds a recorded run" in r.stderr, r.stderr
+    assert "ran" not in r.stdout and "Traceback" not in r.stderr
 
 
 def test_unknown_model_lists_close_matches(synth80: Path, tmp_path: Path) -> None:

@@ -407,6 +407,12 @@ def watch(
         raise StepscopeError("nothing to watch: give the command after --, e.g. "
                              "stepscope watch -- python train.py")
     run_dir = out or Path("runs") / f"watch-{time.strftime('%Y%m%d-%H%M%S')}"
+    if RunDir(run_dir).has_store():
+        # A second run's rows would join the first's in one store, and its processes, phases
+        # and memory would be read as one run's (a failed attempt's 15 MB process once stood
+        # for a 750 MB one's baseline).
+        raise StepscopeError(f"{run_dir} already holds a recorded run: give another --out, "
+                             "or remove that folder to record over it")
     live = _live_tensorboard(run_dir, tensorboard)
     try:
         result = run_watch(list(cmd), run_dir, interval_s=interval, no_preallocate=no_preallocate,
