@@ -101,7 +101,7 @@ def write_long_run(run_dir: Path, steps: int, steps_per_s: float) -> None:
         t += n * wall
         done += n
         phase_id += 1
-    w.close("completed")
+    w.close("completed", timeout_s=600.0)  # the final roll-up of millions of rows
 
 
 def _build(run_dir: Path, steps: int, steps_per_s: float) -> tuple[float, int]:

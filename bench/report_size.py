@@ -121,7 +121,9 @@ def write_synthetic_run(run_dir: Path, *, hours: float = 24.0, hz: float = 1.0, 
         _write_steps(w, plan, steps_per_s, rng)
         w.note("gpu", "synthetic run: values are generated, not measured")
     finally:
-        w.close("completed")
+        # 3.5 M samples queue faster than SQLite takes them: wait for all of it, or the report
+        # is timed while the writer is still rolling up in the background.
+        w.close("completed", timeout_s=600.0)
     return run_dir
 
 

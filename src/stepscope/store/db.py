@@ -162,15 +162,22 @@ class RunWriter:
         self._queue.put(("flush", done))
         done.wait(timeout_s)
 
-    def close(self, status: str = "completed", exit_code: int | None = None) -> None:
-        """Mark the run ended with ``status`` and stop the writer thread (idempotent)."""
+    def close(self, status: str = "completed", exit_code: int | None = None, *,
+              timeout_s: float = 30.0) -> None:
+        """Mark the run ended with ``status`` and stop the writer thread (idempotent).
+
+        Waits at most ``timeout_s`` for the writer to drain: a training process must not hang
+        at exit on a slow disk (what is committed stays readable). A writer given more than it
+        can drain in that time is still writing when this returns; callers that read the run
+        straight after (benchmarks writing millions of rows) pass a longer wait.
+        """
         if self._closed:
             return
         self._closed = True
         self._hand_over_steps()
         self._queue.put(("run", {"status": status, "ended": self._clock(), "exit_code": exit_code}))
         self._queue.put(("stop", None))
-        self._thread.join(timeout=30.0)
+        self._thread.join(timeout=timeout_s)
 
     # -- the writer thread ------------------------------------------------------------------
     def _run(self) -> None:
