@@ -30,8 +30,21 @@ def _run_example(script: str, out: Path, *args: str, env: dict[str, str] | None 
     return dict(json.loads((out / "summary.json").read_text()))
 
 
-def _check_input_bound(summary: dict, *, epochs: int, steps: int, images: int, kind: str) -> None:
-    """20 ms of planted loading per image, 8 per batch, against a ~5 ms model: input-bound."""
+def _step_wait_fracs(run_dir: Path, phase_id: int) -> list[float]:
+    from stepscope.store.db import RunReader
+
+    with RunReader(run_dir) as reader:
+        return [s.data_wait_s / s.wall_s for s in reader.steps(phase_id) if s.wall_s > 0]
+
+
+def _check_input_bound(summary: dict, *, epochs: int, steps: int, images: int, kind: str,
+                       run_dir: Path) -> None:
+    """Planted loading (sleeps) against a tiny model: input-bound, the wait measured as such.
+
+    The planted wait is ~95 % of every step. The phase's share is a sum over few steps, and on
+    CI's shared 2 cores one stall of the training thread (seconds without a core, truly not a
+    wait for data) pulled a phase of 8 steps to 64 %: the phase must be mostly wait, and its
+    median step must show the planted share."""
     assert summary["run"]["kind"] == kind
     assert summary["run"]["status"] == "completed"
     phases = summary["phases"]
@@ -41,8 +54,10 @@ def _check_input_bound(summary: dict, *, epochs: int, steps: int, images: int, k
     assert len({p["epoch"] for p in train}) == epochs
     for p in train:
         assert p["steps"] == steps and p["images"] == images
-        assert p["verdict"] == "input-bound", p
-        assert p["data_wait_frac"] > 0.7, p
+        fracs = _step_wait_fracs(run_dir, p["phase_id"])
+        assert p["verdict"] == "input-bound", (p, fracs)
+        assert p["data_wait_frac"] > 0.5, (p, fracs)
+        assert sorted(fracs)[len(fracs) // 2] > 0.8, (p, fracs)
         parts = p["data_wait_frac"] + p["transfer_frac"] + p["compute_frac"] + p["other_frac"]
         assert parts == pytest.approx(1.0, abs=0.02)
     # Each val phase follows its epoch's train phase, in the same epoch.
@@ -54,14 +69,16 @@ def _check_input_bound(summary: dict, *, epochs: int, steps: int, images: int, k
 def test_lightning_callback(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     summary = _run_example("lightning_callback.py", tmp_path / "run", "--epochs", "2")
-    _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:lightning")
+    _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:lightning",
+                       run_dir=tmp_path / "run")
 
 
 @pytest.mark.slow
 def test_hf_callback(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     summary = _run_example("hf_callback.py", tmp_path / "run", "--epochs", "2")
-    _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:hf")
+    _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:hf",
+                       run_dir=tmp_path / "run")
 
 
 def _has(module: str) -> bool:
@@ -84,7 +101,8 @@ def test_keras_callback_input_bound(backend: str, tmp_path: Path) -> None:
     summary = _run_example("keras_callback.py", tmp_path / "run", "--epochs", "2", "--images",
                            "64", "--load-ms", "100",
                            env=_env(KERAS_BACKEND=backend, OMP_NUM_THREADS="1"))
-    _check_input_bound(summary, epochs=2, steps=8, images=64, kind="callback:keras")
+    _check_input_bound(summary, epochs=2, steps=8, images=64, kind="callback:keras",
+                       run_dir=tmp_path / "run")
 
 
 @pytest.mark.slow
@@ -94,7 +112,8 @@ def test_tf_keras_callback_input_bound(tmp_path: Path) -> None:
         pytest.skip("tf-keras not installed")
     summary = _run_example("keras_callback.py", tmp_path / "run", "--epochs", "2", "--images",
                            "64", "--load-ms", "100", env=_env(TF_USE_LEGACY_KERAS="1"))
-    _check_input_bound(summary, epochs=2, steps=8, images=64, kind="callback:keras")
+    _check_input_bound(summary, epochs=2, steps=8, images=64, kind="callback:keras",
+                       run_dir=tmp_path / "run")
 
 
 @pytest.mark.slow
