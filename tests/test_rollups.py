@@ -139,6 +139,20 @@ def test_old_samples_roll_up_and_keep_their_series(tmp_path: Path) -> None:
     assert raw <= 600 + 2 * rollups.SAMPLE_INTERVAL_S  # the window, not the hour
     assert len(t) < 3600 and t == sorted(t)
     assert abs(sum(v[: len(t) - raw]) / (len(t) - raw) - 49.5) < 10.0  # slice means kept
+    # Each rolled-up slice also reads as its highest or lowest sample, with its slice's bounds.
+    slices: dict[int, list[float]] = {}
+    for s in range(3600):
+        slices.setdefault(int((T0 + s) // rollups.SAMPLE_INTERVAL_S), []).append(float(s % 100))
+    with RunReader(tmp_path) as r:
+        hi, lo = (r.aggregates.series_rows("cpu_util_pct", "host", None, None, stat)
+                  for stat in ("max", "min"))
+    rolled = [i for i, n in enumerate(hi.n) if n > 1]
+    assert len(rolled) == len(t) - raw and hi.t == lo.t == t
+    for i in rolled:
+        k = int(hi.t[i] // rollups.SAMPLE_INTERVAL_S)
+        assert (hi.v[i], lo.v[i], hi.n[i]) == (max(slices[k]), min(slices[k]), len(slices[k]))
+        assert hi.slice_lo[i] == k * rollups.SAMPLE_INTERVAL_S <= hi.t[i] < hi.slice_hi[i]
+    assert all(n == 1 for n in hi.n[len(rolled):]) and hi.v[len(rolled):] == v[len(rolled):]
 
 
 def _diagnosis(run: Path) -> tuple[list[tuple[Any, ...]], list[str], list[str]]:

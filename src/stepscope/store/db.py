@@ -25,7 +25,7 @@ from typing import Any
 
 from stepscope.errors import StoreError
 from stepscope.store import rollups, stepfold
-from stepscope.store.queries import Aggregates
+from stepscope.store.queries import Aggregates, SeriesRows, Stat
 from stepscope.store.records import (
     ArrivalRecord,
     Fact,
@@ -539,9 +539,16 @@ class RunReader:
         source: str | None = None,
         t0: float | None = None,
         t1: float | None = None,
+        stat: Stat = "mean",
     ) -> tuple[list[float], list[float]]:
-        """Times and values of one metric (one source, or all sources interleaved)."""
-        return self._agg.series(metric, source, t0, t1)
+        """Times and values of one metric (one source, or all sources interleaved); a
+        rolled-up slice reads as its ``stat``: mean, or highest or lowest sample."""
+        return self._agg.series(metric, source, t0, t1, stat)
+
+    def series_rows(self, metric: str, source: str | None = None, stat: Stat = "mean"
+                    ) -> SeriesRows:
+        """:meth:`series` with each point's sample count and slice (a roll-up's minute)."""
+        return self._agg.series_rows(metric, source, None, None, stat)
 
     def sources(self, metric: str) -> list[str]:
         rows = self._con.execute(

@@ -9,9 +9,27 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from stepscope.store import rollups
+
+# Which figure of a rolled-up slice a series reads: its mean, or its highest or lowest sample (a
+# peak must read ``max``: the mean of a minute hides a spike inside it). A raw sample is all three.
+Stat = Literal["mean", "max", "min"]
+_STAT_SQL: dict[Stat, str] = {"mean": "total / n", "max": "hi", "min": "lo"}
+
+
+@dataclass(frozen=True)
+class SeriesRows:
+    """One metric's points, oldest first. ``n[i]`` is how many samples stand behind point i: 1
+    for a raw sample; more for a roll-up, which stands for the slice ``slice_lo[i]`` <= t <
+    ``slice_hi[i]`` (a raw sample's slice is its own instant)."""
+
+    t: list[float]
+    v: list[float]
+    n: list[int]
+    slice_lo: list[float]
+    slice_hi: list[float]
 
 
 @dataclass(frozen=True)
@@ -115,21 +133,40 @@ class Aggregates:
         )
         return self._con.execute(sql).fetchall(), merged
 
-    def series(self, metric: str, source: str | None, t0: float | None, t1: float | None
-               ) -> tuple[list[float], list[float]]:
-        """Times and values of one metric; a rolled-up slice reads as its mean at its mean time."""
-        sql = f"SELECT t, total / n FROM ({self.samples_sql}) WHERE metric=?"
-        args: list[Any] = [metric]
-        for cond, value in (("source=?", source), ("t>=?", t0), ("t<=?", t1)):
+    def series(self, metric: str, source: str | None, t0: float | None, t1: float | None,
+               stat: Stat = "mean") -> tuple[list[float], list[float]]:
+        """Times and values of one metric; a rolled-up slice reads as its ``stat`` (mean,
+        highest or lowest sample) at its samples' mean time."""
+        rows = self.series_rows(metric, source, t0, t1, stat)
+        return rows.t, rows.v
+
+    def series_rows(self, metric: str, source: str | None, t0: float | None, t1: float | None,
+                    stat: Stat = "mean") -> SeriesRows:
+        """:meth:`series`, with how many samples stand behind each point and its slice."""
+        # A roll-up row's slice is found from its time: the mean time of samples that all lie
+        # in one slice lies in it too, and slices start at multiples of the interval.
+        w = self._sample_interval_s()
+        sql = (f"SELECT t, {_STAT_SQL[stat]}, n, CASE WHEN n > 1 THEN CAST(t / :w AS INTEGER) * :w "
+               f"ELSE t END FROM ({self.samples_sql}) WHERE metric = :metric")
+        args: dict[str, float | str] = {"w": w, "metric": metric}
+        for cond, key, value in (("source = :src", "src", source), ("t >= :t0", "t0", t0),
+                                 ("t <= :t1", "t1", t1)):
             if value is not None:
                 sql += f" AND {cond}"
-                args.append(value)
-        ts: list[float] = []
-        vs: list[float] = []
-        for t, v in self._con.execute(sql + " ORDER BY t", args):
-            ts.append(t)
-            vs.append(v)
-        return ts, vs
+                args[key] = value
+        rows = SeriesRows([], [], [], [], [])
+        for t, v, n, lo in self._con.execute(sql + " ORDER BY t", args):
+            rows.t.append(t)
+            rows.v.append(v)
+            rows.n.append(n)
+            rows.slice_lo.append(lo)
+            rows.slice_hi.append(lo + w if n > 1 else t)
+        return rows
+
+    def _sample_interval_s(self) -> float:
+        if "sample_rollups" not in self.samples_sql:
+            return rollups.SAMPLE_INTERVAL_S
+        return rollups.meta(self._con, "samples_interval_s") or rollups.SAMPLE_INTERVAL_S
 
     def time_range(self) -> tuple[float, float] | None:
         row = self._con.execute(f"SELECT MIN(t), MAX(t) FROM ({self.samples_sql})").fetchone()

@@ -275,3 +275,5 @@ def roll_up_samples(con: sqlite3.Connection, newest_t: float, *,
         "GROUP BY 1, 2, 3 HAVING COUNT(*) > 1)", args,
     )
     set_meta(con, "samples_rolled_t", cut)
+    # Readers find a roll-up row's slice from its time and this width (queries.series_rows).
+    set_meta(con, "samples_interval_s", interval_s)
