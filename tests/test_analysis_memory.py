@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from stepscope.analysis.contracts_summary import Summary
+from stepscope.analysis.explain import memory_answer
 from stepscope.analysis.memory import detect_pool, footprint_line
+from stepscope.analysis.samples import SampleCache
 from stepscope.analysis.summary import build_summary
+from stepscope.render.html import _ledger as html_ledger
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import ProcessInfo, RunInfo, Sample
 from tests.analysis_runs import CPU_FACTS, T0, PhaseSpec, RunSpec, make_run
@@ -156,3 +160,97 @@ def test_a_reused_run_folder_ledgers_the_newest_attempt(tmp_path: Path) -> None:
     _adds_up(mem)
     assert mem["main_rss_bytes"] > 1e9
     assert 0 <= mem["unattributed_frac"] <= 0.10
+
+
+# A long run: its first minutes are kept only as 60-s roll-ups (mean, lowest, highest) once the
+# run is longer than the store's raw window. T0 on a slice boundary, so minute 3 is one slice.
+LONG_T0 = 60_000.0
+LONG_S = 1_800  # 30 minutes at 1 Hz: the raw window (15 min) keeps only the second half
+
+
+def _long_run(run_dir: Path) -> None:
+    """Flat memory with spikes planted in the rolled-up part: main RSS 10 GB for 2 s at minute
+    3, worker 1000's USS 500 MB for 1 s 20 s later (same slice, not the same instant), GPU
+    used 9 GB (reserved 8 GB, max allocated 7 GB) for 1 s at minute 5."""
+    w = RunWriter(run_dir, RunInfo(name="long", command="pytest", device="cuda:0",
+                                   started=LONG_T0, pid=100), clock=lambda: LONG_T0 + LONG_S)
+    w.put_process(ProcessInfo(100, 1, "main", "python", LONG_T0, LONG_T0 + LONG_S))
+    for pid in (1000, 1001):
+        w.put_process(ProcessInfo(pid, 100, "worker", "pt_data_worker", LONG_T0, LONG_T0 + LONG_S))
+    for k in range(0, LONG_S, 300):
+        out = []
+        for s in range(k, k + 300):
+            t = LONG_T0 + s
+            out += [Sample(t, "proc:100", "rss_bytes", 10e9 if 180 <= s <= 181 else 1e9),
+                    Sample(t, "tree", "rss_bytes", 11e9 if s == 180 else 1.2e9),
+                    Sample(t, "proc:1000", "uss_bytes", 5e8 if s == 200 else 1e8),
+                    Sample(t, "proc:1001", "uss_bytes", 1e8),
+                    Sample(t, "host", "mem_shmem_bytes", 2e8 if s == 185 else 5e7),
+                    Sample(t, "gpu0", "mem_total_bytes", 24e9),
+                    Sample(t, "gpu0:proc:100", "mem_used_bytes", 9e9 if s == 300 else 2e9),
+                    Sample(t, "torch:cuda0", "reserved_bytes", 8e9 if s == 300 else 1.5e9),
+                    Sample(t, "torch:cuda0", "max_allocated_bytes", 7e9 if s >= 300 else 1e9)]
+        w.add_samples(out)
+        w.flush()
+    w.close("completed")
+
+
+def test_a_spike_in_the_rolled_up_part_of_a_long_run_is_the_peak(tmp_path: Path) -> None:
+    _long_run(tmp_path)
+    with RunReader(tmp_path) as r:
+        # The planted spikes are rolled up: read as the slice's mean, they vanish.
+        _, mean = r.series("rss_bytes", "proc:100")
+        assert max(mean) < 1.5e9
+        s = build_summary(r)
+    host = s["host_memory"]
+    _adds_up(host)
+    assert host["main_rss_bytes"] == 10_000_000_000
+    # Main RSS's and each worker's highest of the slice, summed: an upper bound, said so.
+    assert host["total_bytes"] == 10_000_000_000 + 500_000_000 + 100_000_000
+    assert host["total_upper_bound"] is True
+    assert LONG_T0 + 180 <= host["peak_t"] < LONG_T0 + 240
+    assert any("upper bound" in n for n in host["notes"])
+    items = {i["item"]: i for i in host["ledger"]}
+    workers = [i for k, i in items.items() if k.startswith("DataLoader worker")]
+    assert sorted(i["bytes"] for i in workers) == [100_000_000, 500_000_000]
+    assert all("highest USS" in i["how_measured"] and "60-s roll-up slice" in i["how_measured"]
+               for i in workers)
+    assert items["shared memory for batches"]["bytes"] == 150_000_000
+    assert "highest host Shmem" in items["shared memory for batches"]["how_measured"]
+    assert s["system"]["tree_rss_max_bytes"] == 11e9
+    gpu = s["memory"]
+    _adds_up(gpu)
+    assert gpu["total_bytes"] == 9_000_000_000  # one process: its slice's highest, exact
+    assert "total_upper_bound" not in gpu
+    gitems = {i["item"]: i for i in gpu["ledger"]}
+    assert gitems["cached but free"]["bytes"] == 1_000_000_000
+    assert "highest allocator reserved" in gitems["cached but free"]["how_measured"]
+    answer = memory_answer(s)
+    assert answer is not None
+    assert "at its peak: 9.0 GB" in answer[1]  # the GPU total is exact: one process
+    assert "On the host: at most (each process's highest sample" in answer[1]
+    _, body = html_ledger(cast(Summary, {"memory": host}))
+    assert "at most: each process&#x27;s highest sample" in "".join(map(str, body))
+    assert "the total adds each process's highest of the slice: an upper bound" in \
+        workers[0]["how_measured"]
+
+
+def test_a_raw_only_run_reads_every_peak_as_before(tmp_path: Path) -> None:
+    # No roll-up: each point is its own mean and highest, so the peak series is the same one
+    # and no ledger text speaks of slices or bounds.
+    s = _summary(tmp_path, RunSpec([PhaseSpec(1, workers=2)], facts=dict(CPU_FACTS),
+                                   device="cuda:0", gpu_proc_used_bytes=2.5e9,
+                                   torch_reserved_bytes=2.0e9, torch_max_allocated_bytes=1.2e9))
+    for mem in (s["memory"], s["host_memory"]):
+        assert "total_upper_bound" not in mem
+        assert not any("slice" in i["how_measured"] for i in mem["ledger"])
+        assert not any("upper bound" in n for n in mem["notes"])
+    _, body = html_ledger(s)
+    assert "what the device reports in use" in "".join(map(str, body))
+    hows = {i["item"]: i["how_measured"] for i in s["host_memory"]["ledger"]}
+    assert hows["DataLoader worker 1"] == "USS of worker pid 1000 (smaps_rollup)"
+    with RunReader(tmp_path) as r:
+        cache = SampleCache(r)
+        mean = cache.get("proc:100", "rss_bytes")
+        assert cache.peak("proc:100", "rss_bytes") is mean
+        assert r.series("rss_bytes", "proc:100", stat="max") == (mean.t, mean.v)

@@ -224,9 +224,11 @@ class MemorySection(_MemoryCore, total=False):
     """``summary["memory"]`` (and ``host_memory`` on a GPU run). ``peak_t`` and
     ``main_rss_bytes`` exist when the peak was sampled; ``gpu_total_bytes`` for a GPU ledger;
     ``model_file_bytes``, ``footprint_line`` and ``preallocated_pool`` on the device ledger
-    ``build_summary`` keeps as ``memory``."""
+    ``build_summary`` keeps as ``memory``. ``total_upper_bound``: True where the peak lies in the
+    run's rolled-up part and the total adds several processes' highest samples of one slice."""
 
     peak_t: float
+    total_upper_bound: bool
     main_rss_bytes: int
     gpu_total_bytes: float | None
     preallocated_pool: PoolInfo | None

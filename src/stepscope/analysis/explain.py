@@ -320,7 +320,8 @@ def memory_answer(s: Summary) -> tuple[str, str] | None:
         return None
     gpu = str(mem.get("device", "")).startswith("cuda")
     what = "GPU memory (NVML, this process)" if gpu else "Process memory (training RSS + workers' USS)"
-    text = f"{what} at its peak: {fmt_bytes(mem['total_bytes'])} = {_ledger_words(mem)}."
+    text = (f"{what} at its peak: {_at_most(mem)}{fmt_bytes(mem['total_bytes'])} = "
+            f"{_ledger_words(mem)}.")
     if mem.get("footprint_line"):
         text += (f" Side by side: {mem['footprint_line']}. The file holds only the weights; "
                  "training also needs gradients and optimizer state for the trainable part, "
@@ -330,8 +331,16 @@ def memory_answer(s: Summary) -> tuple[str, str] | None:
         text += f" Most of it is a preallocated pool: {pool['why']}. The fix: {pool['fix']}."
     host = s.get("host_memory")
     if gpu and host and host.get("total_bytes") is not None:
-        text += f" On the host: {fmt_bytes(host['total_bytes'])} ({_ledger_words(host)})."
+        text += (f" On the host: {_at_most(host)}{fmt_bytes(host['total_bytes'])} "
+                 f"({_ledger_words(host)}).")
     return "Where the memory went", text
+
+
+def _at_most(mem: MemorySection) -> str:
+    # A peak in the run's rolled-up part: only each process's highest sample of the slice is
+    # kept, so their sum bounds the total from above (memory.py says so in the ledger's notes).
+    return ("at most (each process's highest sample of the roll-up slice of the peak, summed) "
+            if mem.get("total_upper_bound") else "")
 
 
 def _peak_process_bytes(s: Summary) -> float | None:

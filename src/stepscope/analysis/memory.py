@@ -19,6 +19,8 @@ process holds nearly the whole card), the ledger names the preallocated pool and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from stepscope.analysis.contracts import LedgerItem, ledger_item
 from stepscope.analysis.contracts_summary import MemorySection, PoolInfo
 from stepscope.analysis.fmt import fmt_bytes
@@ -103,30 +105,53 @@ def _close(total: int | None, items: list[LedgerItem], device: str,
             "unattributed_bytes": unattributed, "unattributed_frac": frac, "notes": notes}
 
 
-def _worker_uss_at(cache: SampleCache, workers: list[ProcessInfo], t: float) -> list[tuple[int, float]]:
+@dataclass(frozen=True)
+class _HostPeak:
+    """The moment main RSS + workers' USS peaked. Each figure comes with the width of the
+    roll-up slice it was read from as that slice's highest sample (the run's older samples are
+    kept only per slice: mean, lowest, highest), None where it is a raw sample."""
+
+    t: float
+    main_rss: float
+    main_slice_s: float | None
+    workers: list[tuple[int, float, float | None]]  # (pid, USS, roll-up slice width)
+    slice_lo: float
+    slice_hi: float
+
+    @property
+    def rolled(self) -> bool:
+        return self.main_slice_s is not None or any(w is not None for _, _, w in self.workers)
+
+
+def _worker_uss_at(cache: SampleCache, workers: list[ProcessInfo], lo: float, hi: float,
+                   t: float) -> list[tuple[int, float, float | None]]:
+    """Each live worker's USS at ``t`` (a raw instant: lo == hi == t), or its highest in the
+    roll-up slice lo <= t < hi: in a rolled-up stretch the instant is no longer known."""
     out = []
     for w in workers:
-        # first_t/last_t are sample times, so a worker alive at a sample lies inside them.
-        if w.first_t <= t <= w.last_t:
-            v = cache.get(f"proc:{w.pid}", "uss_bytes").nearest(t, NEAREST_GAP_S)
-            if v is not None:
-                out.append((w.pid, v))
+        uss = cache.peak(f"proc:{w.pid}", "uss_bytes")
+        if lo == hi:
+            # first_t/last_t are sample times, so a worker alive at a sample lies inside them.
+            i = uss.nearest_index(t, NEAREST_GAP_S) if w.first_t <= t <= w.last_t else None
+        else:
+            i = uss.argmax_in(lo, hi) if w.first_t < hi and w.last_t >= lo else None
+        if i is not None:
+            out.append((w.pid, uss.v[i], uss.slice_s(i)))
     return out
 
 
 def _host_peak(cache: SampleCache, main_pid: int | None, workers: list[ProcessInfo]
-               ) -> tuple[float, float, list[tuple[int, float]]] | None:
-    """(t, main RSS, [(worker pid, USS)]) at the moment main RSS + workers' USS peaked."""
-    rss = cache.get(f"proc:{main_pid}", "rss_bytes") if main_pid else Series([], [])
-    if not rss:
-        return None
-    best: tuple[float, float, list[tuple[int, float]]] | None = None
+               ) -> _HostPeak | None:
+    """The moment main RSS + workers' USS peaked (see :class:`_HostPeak`)."""
+    rss = cache.peak(f"proc:{main_pid}", "rss_bytes") if main_pid else Series([], [])
+    best: _HostPeak | None = None
     best_total = -1.0
-    for t, v in zip(rss.t, rss.v, strict=True):
-        ws = _worker_uss_at(cache, workers, t)
-        total = v + sum(u for _, u in ws)
+    for i, (t, v) in enumerate(zip(rss.t, rss.v, strict=True)):
+        lo, hi = rss.slice_at(i)
+        ws = _worker_uss_at(cache, workers, lo, hi, t)
+        total = v + sum(u for _, u, _ in ws)
         if total > best_total:
-            best, best_total = (t, v, ws), total
+            best, best_total = _HostPeak(t, v, rss.slice_s(i), ws, lo, hi), total
     return best
 
 
@@ -138,13 +163,12 @@ def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[Proces
     peak = _host_peak(cache, main_pid, workers)
     notes: list[str] = []
     if peak is None:
-        tree = cache.get("tree", "rss_bytes").max()
+        tree = cache.peak("tree", "rss_bytes").max()
         notes.append("no per-process memory samples: total is the process tree's RSS (shared "
                      "pages counted once per process)" if tree else "no process memory recorded")
         total = None if tree is None else int(tree)
         return _close(total, _named_items(facts, host_of_gpu_run=gpu_run), "cpu", notes,
                       HOST_UNATTRIBUTED_TARGET_FRAC)
-    t_peak, main_rss, worker_uss = peak
     items = []
     base = _fact_int(facts, "mem.runtime_baseline_bytes")
     if base is not None:
@@ -155,19 +179,53 @@ def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[Proces
     if pinned:
         items.append(_item("pinned memory", pinned, facts["mem.pinned_bytes"].how_measured
                            or "pinned host memory (CUDA caching host allocator)"))
-    shm = cache.get("host", "mem_shmem_bytes")
-    shm_at_peak = shm.nearest(t_peak, NEAREST_GAP_S)
-    if workers and shm and shm_at_peak is not None and shm_at_peak > shm.v[0]:
-        items.append(_item("shared memory for batches", shm_at_peak - shm.v[0],
-                           "host Shmem at the peak − at the start (/dev/shm batches from workers)"))
-    for i, (pid, uss) in enumerate(worker_uss, 1):
-        items.append(_item(f"{_worker_word(facts)} {i}", uss,
-                           f"USS of worker pid {pid} (smaps_rollup)"))
-    total = int(main_rss + sum(u for _, u in worker_uss))
+    if workers:
+        items += _shm_item(cache, peak)
+    summed = len(peak.workers) > 0 and peak.rolled
+    for i, (pid, uss, slice_s) in enumerate(peak.workers, 1):
+        how = f"USS of worker pid {pid} (smaps_rollup)"
+        if slice_s is not None:
+            how = (f"highest {how} in the {slice_s:.0f}-s roll-up slice of the peak (samples "
+                   "that old are kept only as each slice's mean, lowest and highest); the "
+                   "total adds each process's highest of the slice: an upper bound")
+        items.append(_item(f"{_worker_word(facts)} {i}", uss, how))
+    if summed:
+        notes.append(_UPPER_BOUND_NOTE.format(
+            s=max(w for w in (peak.main_slice_s, *(s for _, _, s in peak.workers)) if w)))
+    total = int(peak.main_rss + sum(u for _, u, _ in peak.workers))
     ledger = _close(total, items, "cpu", notes, HOST_UNATTRIBUTED_TARGET_FRAC)
-    ledger["peak_t"] = t_peak
-    ledger["main_rss_bytes"] = int(main_rss)
+    ledger["peak_t"] = peak.t
+    ledger["main_rss_bytes"] = int(peak.main_rss)
+    if summed:
+        ledger["total_upper_bound"] = True
     return ledger
+
+
+_UPPER_BOUND_NOTE = (
+    "the peak lies in the run's rolled-up part (samples older than the raw window are kept only "
+    "as each {s:.0f}-s slice's mean, lowest and highest): the total adds main RSS's and each "
+    "worker's highest USS in that slice, an upper bound, since they need not have peaked at the "
+    "same instant")
+
+
+def _shm_item(cache: SampleCache, peak: _HostPeak) -> list[LedgerItem]:
+    """/dev/shm batches: host Shmem at the peak (its slice's highest, in a rolled-up part)
+    minus at the start."""
+    shm = cache.get("host", "mem_shmem_bytes")
+    if not shm:
+        return []
+    how = "host Shmem at the peak − at the start (/dev/shm batches from workers)"
+    if peak.main_slice_s is None:
+        at_peak = shm.nearest(peak.t, NEAREST_GAP_S)
+    else:
+        top = cache.peak("host", "mem_shmem_bytes")
+        i = top.argmax_in(peak.slice_lo, peak.slice_hi)
+        at_peak = None if i is None else top.v[i]
+        how = (f"highest host Shmem in the {peak.main_slice_s:.0f}-s roll-up slice of the peak "
+               "− at the start (/dev/shm batches from workers)")
+    if at_peak is None or at_peak <= shm.v[0]:
+        return []
+    return [_item("shared memory for batches", at_peak - shm.v[0], how)]
 
 
 def _worker_word(facts: dict[str, Fact]) -> str:
@@ -176,22 +234,42 @@ def _worker_word(facts: dict[str, Fact]) -> str:
     return vocab("keras" if keras else None).worker
 
 
-def _gpu_used_peak(cache: SampleCache, gpu: int, pids: set[int]) -> tuple[float, float] | None:
-    """(t, bytes) of the peak of NVML per-process used memory summed over the run's processes."""
+@dataclass(frozen=True)
+class _GpuPeak:
+    """The peak of NVML per-process used memory summed over the run's processes. ``slice_s``:
+    the width of the roll-up slice it was read from (as that slice's highest), None if raw;
+    ``summed_bound``: several processes' slice maxima were added (an upper bound)."""
+
+    t: float
+    used: float
+    slice_lo: float
+    slice_hi: float
+    slice_s: float | None
+    summed_bound: bool
+
+
+def _gpu_used_peak(cache: SampleCache, gpu: int, pids: set[int]) -> _GpuPeak | None:
+    """See :class:`_GpuPeak`."""
     prefix = f"gpu{gpu}:proc:"
     sources = [s for s in cache.sources("mem_used_bytes") if s.startswith(prefix)]
     if pids:
         sources = [s for s in sources if s[len(prefix):].isdigit() and int(s[len(prefix):]) in pids]
-    series = [cache.get(s, "mem_used_bytes") for s in sources]
+    series = [cache.peak(s, "mem_used_bytes") for s in sources]
     series = [s for s in series if s]
     if not series:
         return None
     lead = max(series, key=lambda s: max(s.v))
-    best: tuple[float, float] | None = None
-    for t, v in zip(lead.t, lead.v, strict=True):
-        total = v + sum(s.nearest(t, NEAREST_GAP_S) or 0.0 for s in series if s is not lead)
-        if best is None or total > best[1]:
-            best = (t, total)
+    best: _GpuPeak | None = None
+    for i, (t, v) in enumerate(zip(lead.t, lead.v, strict=True)):
+        lo, hi = lead.slice_at(i)
+        others = [(s, s.nearest_index(t, NEAREST_GAP_S) if lo == hi else s.argmax_in(lo, hi))
+                  for s in series if s is not lead]
+        found = [(s, j) for s, j in others if j is not None]
+        total = v + sum(s.v[j] for s, j in found)
+        if best is None or total > best.used:
+            rolled = lead.rolled(i) or any(s.rolled(j) for s, j in found)
+            width = lead.slice_s(i) or max((s.slice_s(j) or 0.0 for s, j in found), default=0.0)
+            best = _GpuPeak(t, total, lo, hi, width or None, rolled and bool(found))
     return best
 
 
@@ -216,10 +294,10 @@ def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fa
     if peak is None:
         notes.append("no NVML per-process memory samples: the GPU total is unknown")
         return _close(None, _named_items(facts), device, notes, GPU_UNATTRIBUTED_TARGET_FRAC)
-    t_peak, used = peak
+    used = peak.used
     fw_fact = facts.get("mem.framework")
     framework = str(fw_fact.value).lower() if fw_fact and fw_fact.value else None
-    card = cache.get(f"gpu{gpu}", "mem_total_bytes").max()
+    card = cache.peak(f"gpu{gpu}", "mem_total_bytes").max()
     pool = detect_pool(framework, used, card)
     context = _fact_int(facts, "mem.cuda_context_bytes")
     items: list[LedgerItem] = []
@@ -227,16 +305,33 @@ def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fa
         items.append(_item("CUDA context", context, facts["mem.cuda_context_bytes"].how_measured
                            or "NVML per-process used − allocator reserved, at start"))
     torch_src = f"torch:cuda{gpu}"
-    reserved = cache.get(torch_src, "reserved_bytes").nearest(t_peak, NEAREST_GAP_S)
+    reserved_how = "allocator reserved"
+    if peak.slice_s is None or peak.slice_lo == peak.slice_hi:
+        reserved = cache.get(torch_src, "reserved_bytes").nearest(peak.t, NEAREST_GAP_S)
+    else:
+        # The peak is a roll-up slice's highest: reserved's highest in the same slice.
+        top = cache.peak(torch_src, "reserved_bytes")
+        j = top.argmax_in(peak.slice_lo, peak.slice_hi)
+        reserved = None if j is None else top.v[j]
+        reserved_how = (f"highest allocator reserved in the {peak.slice_s:.0f}-s roll-up slice "
+                        "of the peak")
     if reserved is not None and framework not in POOL_FIXES:
-        items += _allocator_items(cache, torch_src, reserved, facts)
+        items += _allocator_items(cache, torch_src, reserved, facts, reserved_how)
     elif pool is not None:
         items += _pool_items(used - (context or 0), framework, facts, pool["why"])
+    if peak.summed_bound and peak.slice_s is not None:
+        notes.append(
+            "the peak lies in the run's rolled-up part (samples older than the raw window are "
+            f"kept only as each {peak.slice_s:.0f}-s slice's mean, lowest and highest): the "
+            "total adds each process's highest NVML used memory in that slice, an upper bound, "
+            "since they need not have peaked at the same instant")
     ledger = _close(int(used), items, device, notes, GPU_UNATTRIBUTED_TARGET_FRAC)
-    ledger["peak_t"] = t_peak
+    ledger["peak_t"] = peak.t
     ledger["gpu_total_bytes"] = card
     show_pool = pool is not None and (framework in POOL_FIXES or reserved is None)
     ledger["preallocated_pool"] = pool if show_pool else None
+    if peak.summed_bound:
+        ledger["total_upper_bound"] = True
     return ledger
 
 
@@ -261,7 +356,7 @@ def _pool_items(pool_bytes: float, framework: str | None, facts: dict[str, Fact]
 
 
 def _allocator_items(cache: SampleCache, src: str, reserved: float,
-                     facts: dict[str, Fact]) -> list[LedgerItem]:
+                     facts: dict[str, Fact], reserved_how: str) -> list[LedgerItem]:
     named = [i for i in _named_items(facts) if i["item"] != "forward transient peak"]
     step_peak = _fact_int(facts, "mem.cuda_step_peak_bytes")
     if step_peak is not None:
@@ -272,16 +367,16 @@ def _allocator_items(cache: SampleCache, src: str, reserved: float,
                            "first training step's allocator peak (max_memory_allocated) above its "
                            "start − saved for backward − gradients − optimizer state"))
     named_sum = sum(i["bytes"] for i in named)
-    max_alloc = cache.get(src, "max_allocated_bytes").max()
+    max_alloc = cache.peak(src, "max_allocated_bytes").max()
     if max_alloc is None:
-        max_alloc = cache.get(src, "allocated_bytes").max() or 0.0
+        max_alloc = cache.peak(src, "allocated_bytes").max() or 0.0
     max_alloc = min(max_alloc, reserved)
     items = list(named)
     if max_alloc > named_sum:
         items.append(_item("other tensors at the allocation peak", max_alloc - named_sum,
                            "max_allocated − the named items: temporaries, cuBLAS/cuDNN workspaces"))
     items.append(_item("cached but free", max(0.0, reserved - max(max_alloc, named_sum)),
-                       "allocator reserved − max_allocated: blocks PyTorch keeps for reuse"))
+                       f"{reserved_how} − max_allocated: blocks PyTorch keeps for reuse"))
     return items
 
 

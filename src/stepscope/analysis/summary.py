@@ -72,7 +72,7 @@ def _gpu_index(device: str, cache: SampleCache, pids: set[int],
         return resolve_nvml_index(n, {k: f.value for k, f in (facts or {}).items()})[0]
     for src in cache.sources("mem_used_bytes"):
         pm = re.fullmatch(r"gpu(\d+):proc:(\d+)", src)
-        if pm and int(pm.group(2)) in pids and (cache.get(src, "mem_used_bytes").max() or 0) > 0:
+        if pm and int(pm.group(2)) in pids and (cache.peak(src, "mem_used_bytes").max() or 0) > 0:
             return int(pm.group(1))
     return None
 
@@ -147,7 +147,7 @@ def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache) -> Checkpoin
         if owner is not None:
             owner["checkpoint_write_s"] = (owner["checkpoint_write_s"] or 0.0) + v
     return {"writes": len(ck.v), "total_s": sum(ck.v),
-            "max_s": max(ck.v) if ck.v else None,
+            "max_s": cache.peak("trainer", "checkpoint_write_s").max(),
             "mean_s": sum(ck.v) / len(ck.v) if ck.v else None}
 
 
@@ -283,7 +283,7 @@ def _model_facts(facts: dict[str, Fact]) -> ModelFacts:
 
 
 def _host_facts(facts: dict[str, Fact], cache: SampleCache, cores: float | None) -> HostFacts:
-    return {"cores": cores, "mem_total_bytes": cache.get("host", "mem_total_bytes").max(),
+    return {"cores": cores, "mem_total_bytes": cache.peak("host", "mem_total_bytes").max(),
             "mem_available_min_bytes": cache.get("host", "mem_available_bytes").min(),
             "bf16": _fact(facts, "env.bf16")}
 
@@ -371,12 +371,12 @@ def _system_section(cache: SampleCache, gpu: int | None = None) -> SystemSection
     disks = [s for s in cache.sources("read_bytes_per_s") if s.startswith("disk:")]
     return {
         "cpu_util_pct": cache.get("host", "cpu_util_pct").mean(),
-        "cpu_util_max_pct": cache.get("host", "cpu_util_pct").max(),
+        "cpu_util_max_pct": cache.peak("host", "cpu_util_pct").max(),
         "tree_cpu_util_pct": cache.get("tree", "cpu_util_pct").mean(),
-        "tree_rss_max_bytes": cache.get("tree", "rss_bytes").max(),
+        "tree_rss_max_bytes": cache.peak("tree", "rss_bytes").max(),
         "tree_read_bytes": _last_minus_first(cache, "tree", "read_bytes"),
         "tree_rchar_bytes": _last_minus_first(cache, "tree", "rchar_bytes"),
-        "disk_busy_max_pct": max((cache.get(d, "busy_pct").max() or 0.0 for d in disks),
+        "disk_busy_max_pct": max((cache.peak(d, "busy_pct").max() or 0.0 for d in disks),
                                  default=None),
         "psi_io_some_pct": cache.get("host", "psi_io_some_pct").mean(),
         "gpu_util_pct": cache.get(f"gpu{gpu or 0}", "util_pct").mean(),

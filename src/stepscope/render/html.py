@@ -299,8 +299,10 @@ def _ledger(summary: Summary) -> Body:
         rows += (f"<tr><td class=\"l\"><i>unattributed</i></td><td>"
                  f"{esc(fmt_bytes(mem['unattributed_bytes']))}</td><td class=\"wrap\">total − "
                  "the items above</td></tr>")
+    said = ("at most: each process's highest sample in the roll-up slice of the peak, summed"
+            if mem.get("total_upper_bound") else "what the device reports in use")
     rows += (f"<tr><th class=\"l\">total</th><th>{esc(fmt_bytes(mem.get('total_bytes')))}</th>"
-             "<th class=\"l\">what the device reports in use</th></tr>")
+             f"<th class=\"l\">{esc(said)}</th></tr>")
     return f"Memory ledger: {mem.get('device') or ''}", [
         waterfall(items, mem.get("total_bytes"), unit="bytes", y_label="memory"),
         how("Each bar starts where the previous one ended, so the items add up to the total "
