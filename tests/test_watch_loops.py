@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from stepscope.analysis.explain import explain
+from stepscope.analysis.memory import HOST_UNATTRIBUTED_TARGET_FRAC
 from stepscope.analysis.summary import build_summary
 from stepscope.observe.watch import watch
 from stepscope.store.db import RunReader
@@ -141,6 +142,20 @@ def test_lightning_mid_epoch_validation_keeps_the_epoch(tmp_path: Path) -> None:
         assert 0.038 < transfer < 0.2, (kind, transfer)
         assert sum(s.data_wait_s for s in steady) / len(steady) >= wait * 0.9, kind
     _adds_up(reader)
+    # The memory ledger inside Lightning's loop, planted by the script's model: Linear(768, 32)
+    # + Linear(32, 2) is 24,674 float32 parameters in 4 tensors and no buffers; Adam keeps
+    # exp_avg and exp_avg_sq per parameter (2x) and a float32 step count per tensor.
+    weights = (3 * 16 * 16 * 32 + 32 + 32 * 2 + 2) * 4
+    memory = summary["memory"]
+    ledger = {i["item"]: i for i in memory["ledger"]}
+    assert ledger["weights"]["bytes"] == weights
+    assert "fit by Lightning's Trainer" in ledger["weights"]["how_measured"]
+    assert ledger["gradients"]["bytes"] == weights
+    assert ledger["optimizer state"]["bytes"] == 2 * weights + 4 * 4
+    assert {"saved for backward", "forward transient peak"} <= set(ledger)
+    # Lightning's import (~280 MB over torch's) is the framework baseline, not unattributed.
+    assert "lightning" in ledger["framework/runtime baseline"]["how_measured"]
+    assert memory["unattributed_frac"] < HOST_UNATTRIBUTED_TARGET_FRAC
 
 
 @pytest.mark.slow

@@ -97,6 +97,9 @@ def _install(fd_text: str | None) -> None:
 
     def lightning_hook(module: object) -> None:
         stepscope_watch_lightning.install(module, rec, recorder.count_images)
+        # Lightning's own import (~280 MB RSS over torch's) is framework, not model memory.
+        stepscope_watch_torch.runtime_baseline(
+            rec, getattr(module, "__name__", "lightning.pytorch"), "torch, ")
 
     hooks = {
         "torch": torch_hook,

@@ -15,10 +15,19 @@ batch-start hook (the strategy's ``batch_to_device`` runs the LightningModule's
 ``transfer_batch_to_device`` hook, the user's override included): that hook is timed and booked
 as the step's transfer, and the data wait ends where it began. On a GPU a blocking copy also
 waits there for queued work, which then counts as transfer, not data wait.
+
+The memory ledger is the torch hooks' (``stepscope_watch_torch``), measured by the same rules:
+Lightning's optimizer step is a ``torch.optim`` step, whose global post-hook sends weights,
+gradients and optimizer state at the first one, inside Lightning's loop too. Two things Lightning
+hides from those hooks come from here: the model (the LightningModule being fit; Lightning sets
+``.training`` itself instead of calling ``Module.train``) and each training batch's arrival at
+the batch-start hook (its DataLoader is not timed inside the loop), where saved-for-backward
+counting and the step peak's VmHWM reset begin, as at a plain loop's batch arrival.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -93,6 +102,13 @@ def _callback_class(pl: ModuleType, rec: Recorder, count_images: Callable[[Any],
     class StepscopeWatchLightningCallback(base):
         """Turns Lightning loop hooks into stepscope phases and steps."""
 
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            # Lightning sets ``.training`` itself, never calling the outermost Module.train that
+            # finds the model for the plain loop: without this the ledger's weights would be the
+            # optimizer's parameters only (no buffers, no frozen layers).
+            with contextlib.suppress(TypeError):  # not weak-referenceable
+                rec.roots.add(pl_module)
+
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
             rec.cb_phase_begin("train", no_images)
 
@@ -120,6 +136,7 @@ def _callback_class(pl: ModuleType, rec: Recorder, count_images: Callable[[Any],
 
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
                                  batch_idx: int) -> None:
+            rec.train_batch_arrived()  # before the step's forward: the ledger's first step
             rec.cb_batch_begin(batch_idx)
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,

@@ -174,6 +174,9 @@ class Recorder:
         self.last_mode_eval = False  # the last outermost nn.Module.train(mode) call had mode False
         self.train_depth = 0
         self.roots: weakref.WeakSet[Any] = weakref.WeakSet()
+        # The torch hooks' first-step memory measurement (saved for backward, step peak) starts
+        # here; a framework loop whose batches bypass the timed DataLoader calls it per batch.
+        self.train_batch_arrived: Callable[[], None] = lambda: None
         self.periodic: list[Callable[[], None]] = []
         self._last_periodic = clock()
         self._sent: set[str] = set()

@@ -13,7 +13,7 @@ decides steps, phases and epochs from it (see that module for the rules):
   ``Tensor.backward`` calls), and a global forward pre-hook armed only between a batch's arrival
   and the first forward (removed at once, so models run without it the rest of the step).
 - ``Tensor.to``/``Tensor.cuda`` to a non-CPU device during a step: transfer time.
-- at the first optimizer step, the memory-ledger facts (weights, gradients, optimizer state) and
+- at the first optimizer step (inside Lightning's loop too), the memory-ledger facts (weights, gradients, optimizer state) and
   the step's peak: host VmHWM (reset through ``/proc/self/clear_refs`` at the first batch's
   arrival) and, on CUDA, the allocator's peak over the same span; and, once, what autograd
   saved for backward in the first training forward (saved-tensor hooks from the batch's arrival
@@ -58,12 +58,9 @@ def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
         compiles=loop_module.dynamo_compiles)
     setattr(loop_module, "ACTIVE", loop)  # noqa: B010 (a module attribute mypy cannot see)
     rec.at_exit_hooks.append(loop.flush)
-    baseline = _status_bytes("VmRSS")
-    if baseline is not None:
-        rec.fact("mem.runtime_baseline_bytes", baseline,
-                 "watch: the process's RSS when `import torch` finished (interpreter, torch and "
-                 "what the script imported before it)")
+    runtime_baseline(rec, "torch")
     peak = _StepPeak(torch, rec, _SavedForBackward(torch, rec))
+    rec.train_batch_arrived = peak.batch_arrived  # a framework loop's training batch (Lightning)
     _patch_loader(torch, rec, loop, count_images, loop_module.IterState, peak)
     _patch_module_mode(torch, rec)
     _patch_transfers(torch, rec, loop)
@@ -71,6 +68,17 @@ def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
     rec.periodic.append(lambda: _cuda_memory(torch, rec))
     _hook_cuda_init(torch, rec)
     return loop
+
+
+def runtime_baseline(rec: Recorder, module: str, above: str = "") -> None:
+    """The ledger's framework baseline: RSS once ``module`` finished importing. A framework
+    imported on top of torch (Lightning: ~280 MB more RSS) sends it again, naming what it
+    ``above``; the store keeps the last one, which covers both."""
+    baseline = _status_bytes("VmRSS")
+    if baseline is not None:
+        rec.fact("mem.runtime_baseline_bytes", baseline,
+                 f"watch: the process's RSS when `import {module}` finished (interpreter, "
+                 f"{above}{module} and what the script imported before it)")
 
 
 def _phase_now(torch: ModuleType, rec: Recorder, hint: str) -> str:
@@ -289,11 +297,14 @@ def _patch_transfers(torch: ModuleType, rec: Recorder, loop: LoopTracker) -> Non
 
 def _hook_body(torch: ModuleType, rec: Recorder, loop: LoopTracker, peak: _StepPeak) -> None:
     def post_step(opt: Any, args: Any, kwargs: Any) -> None:
-        if not _watching(rec):
+        if not rec.owner():
             return
-        t = rec.clock()
-        rec.optimizer_stepped(t)
-        loop.body("optimizer", t)
+        if _watching(rec):
+            t = rec.clock()
+            rec.optimizer_stepped(t)
+            loop.body("optimizer", t)
+        # The ledger is the model's wherever its loop lives: inside Lightning's (framework_depth
+        # > 0) the same torch.optim step is the first moment the optimizer state exists.
         if rec.once("ledger"):
             left = _ledger_facts(opt, rec)
             peak.first_optimizer_step(left)
@@ -453,9 +464,9 @@ def _ledger_facts(opt: Any, rec: Recorder) -> int:
     grads = [p.grad for p in trainable if p.grad is not None]
     state = [v for s in opt.state.values() if isinstance(s, dict) for v in s.values()
              if hasattr(v, "element_size")]
-    source = ("parameters and buffers of the modules put in train/eval mode, plus the "
-              "optimizer's parameters" if rec.roots else "the optimizer's parameters only "
-              "(no module was put in train/eval mode)")
+    source = ("parameters and buffers of the modules put in train/eval mode (or fit by "
+              "Lightning's Trainer), plus the optimizer's parameters" if rec.roots else
+              "the optimizer's parameters only (no module was put in train/eval mode)")
     rec.fact("mem.weights_bytes", _tensor_bytes(weights), f"watch: {source}")
     rec.fact("mem.gradients_bytes", _tensor_bytes(grads),
              "watch: .grad of trainable parameters at the first optimizer step")
