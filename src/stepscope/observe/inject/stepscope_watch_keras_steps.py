@@ -408,8 +408,8 @@ def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
         steps.batch_ready(token, int(n), float(requested) - offset)
         return n
 
-    clock = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat().map(
-        lambda _: tf.timestamp())
+    clock = _inline_map(tf, tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat(),
+                        lambda _: tf.timestamp())
 
     def mark(requested: Any, structure: Any) -> Any:
         flat = tf.nest.flatten(structure)
@@ -425,8 +425,26 @@ def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
 
     ends_in_prefetch = _prefetch_parts(dataset)
     inner = dataset if ends_in_prefetch is None else ends_in_prefetch[0]
-    marked = tf.data.Dataset.zip((clock, inner)).map(mark)
+    marked = _inline_map(tf, tf.data.Dataset.zip((clock, inner)), mark)
     return marked if ends_in_prefetch is None else marked.prefetch(ends_in_prefetch[1])
+
+
+def _inline_map(tf: Any, dataset: Any, fn: Callable[..., Any]) -> Any:
+    """``dataset.map(fn)`` with ``fn``'s ops run on the thread that asks for the element.
+
+    A map whose function holds a stateful op (the clock, the note) is not optimised away, and
+    by default each call hands the function's ops to TensorFlow's inter-op thread pool: about
+    150 us of CPU per batch on this machine for a lone ``tf.timestamp``, a third of what the
+    mark cost in all (``bench/watch_keras_step_cost.py``). Run inline, as tf.data's own
+    ``use_inter_op_parallelism=False`` does, that hand-off is gone (within noise). The option
+    is not in ``Dataset.map``'s public signature: another TensorFlow falls back to ``map``.
+    """
+    try:
+        from tensorflow.python.data.ops import map_op
+
+        return map_op._MapDataset(dataset, fn, use_inter_op_parallelism=False)
+    except (ImportError, AttributeError, TypeError):
+        return dataset.map(fn)
 
 
 def _prefetch_parts(dataset: Any) -> tuple[Any, Any] | None:

@@ -1,0 +1,222 @@
+"""What does ``stepscope watch`` add to each Keras/TensorFlow training step? Its direct cost.
+
+A watched Keras 3 run on TensorFlow differs from a bare one by four things, each timed here on
+its own, bare and instrumented alternately in one process, so the difference is the cost:
+
+1. the hooks on the loop's thread, per step: the watch callback's ``on_train_batch_begin``
+   (which closes the last step and sends its record down a pipe, here to ``/dev/null``), the
+   epoch iterator's ``use`` and the graph timer's bookkeeping (``KerasSteps``);
+2. the mark at the end of the input pipeline, per batch: a ``zip`` with a clock and a ``map``
+   with one ``tf.numpy_function`` (``mark_dataset``), CPU of every thread while a prefetched
+   ``tf.data`` pipeline of 32-row batches is drained;
+3. the timed ``Context.call_function``, per train-function call: a small ``tf.function``
+   called bare and through the wrapper (``time_graph_calls``);
+4. the watching parent (samplers at 1 Hz, the store writer), CPU per second of a watched
+   command that only sleeps (in its own process: it imports no TensorFlow).
+
+The training process pays 1–3 per step; 4 runs beside it, and is counted here as if it took
+its CPU from the training (the worst case, when the job has every core). A throughput
+comparison of whole runs (``bench/watch_keras_overhead.py``) swings ±20 % per pair on this
+shared machine, far more than these costs, so they are measured directly. They leave out what
+cannot be timed from Python: the training thread's waits for the interpreter lock while the
+mark's Python function holds it (a few microseconds per batch, at most the note's own time).
+
+Usage:
+    .venv/bin/python bench/watch_keras_step_cost.py [--rounds 5] [--step-ms 28]
+
+``--step-ms`` is the step whose share is reported (default: the CNN of
+``bench/watch_keras_overhead.py``, timed bare here, median of 3 runs). The last line is the
+headline as one JSON object: the training process's microseconds per step (median of rounds,
+with min and max) and the share of that step watching costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+INJECT = ROOT / "src" / "stepscope" / "observe" / "inject"
+
+os.environ["KERAS_BACKEND"] = "tensorflow"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _cpu_us_per(n: int, fn: Callable[[], None]) -> float:
+    c0 = time.process_time()
+    fn()
+    return (time.process_time() - c0) / n * 1e6
+
+
+def _alternate(rounds: int, bare: Callable[[], float], ours: Callable[[], float]
+               ) -> list[float]:
+    """ours - bare per round, alternating which goes first."""
+    out = []
+    for r in range(rounds):
+        if r % 2:
+            b = bare()
+            o = ours()
+        else:
+            o = ours()
+            b = bare()
+        out.append(o - b)
+    return out
+
+
+def measure_child(rounds: int) -> dict[str, list[float]]:
+    sys.path.insert(0, str(INJECT))
+    import keras
+    import numpy as np
+    import stepscope_watch_keras as hooks
+    import stepscope_watch_keras_steps as ksteps
+    import tensorflow as tf
+    from stepscope_watch_recorder import Channel, Recorder, count_images
+
+    rec = Recorder(Channel(os.open(os.devnull, os.O_WRONLY)))
+    steps = ksteps.KerasSteps(rec, count_images)
+    cb = hooks.callback_class(keras.callbacks.Callback, rec, steps)(
+        "fit", lambda a, b: 32, lambda a, b: 0, None, None)
+    token = 1
+    cb.on_epoch_begin(0)
+
+    # 1. the loop thread's hooks, per step
+    n_steps = 20_000
+
+    def hook_steps() -> None:
+        clock = steps.clock
+        for i in range(n_steps):
+            cb.on_train_batch_begin(i)
+            steps.use(token, 1)
+            t0 = clock()
+            steps.graph_ran(t0, clock())
+        steps.ready.clear()
+
+    def empty_steps() -> None:
+        for _ in range(n_steps):
+            pass
+
+    hooks_us = _alternate(rounds, lambda: _cpu_us_per(n_steps, empty_steps),
+                          lambda: _cpu_us_per(n_steps, hook_steps))
+
+    # 2. the mark, per batch (its Python note runs on tf.data's thread)
+    x = np.random.default_rng(0).normal(size=(2000 * 32, 8)).astype("float32")
+    y = np.zeros(2000 * 32, dtype="int64")
+    base = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).prefetch(tf.data.AUTOTUNE)
+    marked = ksteps.mark_dataset(tf, base, steps, token)
+
+    def drain(ds: Any) -> Callable[[], float]:
+        def run() -> float:
+            def go() -> None:
+                for _ in ds:
+                    pass
+                steps.ready.clear()
+            return _cpu_us_per(2000, go)
+        return run
+
+    drain(base)()
+    drain(marked)()  # first iterations build the pipelines
+    mark_us = _alternate(rounds, drain(base), drain(marked))
+
+    # 3. the timed Context.call_function, per call
+    from tensorflow.python.eager import context
+
+    fn = tf.function(lambda t: t + 1.0)
+    arg = tf.constant(1.0)
+    fn(arg)
+    n_calls = 5_000
+    original = context.Context.call_function
+    ksteps.time_graph_calls(steps)
+    timed = context.Context.call_function
+    steps.t_begin = steps.clock()  # inside a step window, as in training
+
+    def calls(patch: Any) -> Callable[[], float]:
+        def run() -> float:
+            context.Context.call_function = patch
+
+            def go() -> None:
+                for _ in range(n_calls):
+                    fn(arg)
+            return _cpu_us_per(n_calls, go)
+        return run
+
+    call_us = _alternate(rounds, calls(original), calls(timed))
+    context.Context.call_function = original
+    return {"hooks_us": hooks_us, "mark_us": mark_us, "call_us": call_us}
+
+
+PARENT = '''
+import sys, time, tempfile
+from pathlib import Path
+from stepscope.observe.watch import watch
+with tempfile.TemporaryDirectory() as tmp:
+    w0, c0 = time.perf_counter(), time.process_time()
+    watch([sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))",
+           sys.argv[1]], Path(tmp) / "run", interval_s=1.0)
+    print((time.process_time() - c0) / (time.perf_counter() - w0))
+'''
+
+
+def _parent_cpu_per_s(seconds: float) -> float:
+    out = subprocess.run([sys.executable, "-c", PARENT, str(seconds)], check=True, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _cnn_step_ms(runs: int) -> float:
+    """The bare step of bench/watch_keras_overhead.py's CNN (its best epoch after the first)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from watch_keras_overhead import SCRIPT
+
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "cnn.py"
+        script.write_text(SCRIPT)
+        for i in range(runs):
+            out = Path(tmp) / f"r{i}.json"
+            subprocess.run([sys.executable, str(script), str(out), "150"], check=True,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            times.append(32e3 / json.loads(out.read_text())["images_per_s"])
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--step-ms", type=float, default=None,
+                    help="the step to express the cost against (default: time the bench CNN)")
+    ap.add_argument("--parent-seconds", type=float, default=20.0)
+    args = ap.parse_args()
+    load0 = os.getloadavg()[0]
+    parent = _parent_cpu_per_s(args.parent_seconds)
+    step_ms = args.step_ms or _cnn_step_ms(3)
+    got = measure_child(args.rounds)
+    per_round = [h + m + c for h, m, c in
+                 zip(got["hooks_us"], got["mark_us"], got["call_us"], strict=True)]
+    med = {k: statistics.median(v) for k, v in got.items()}
+    child_us = statistics.median(per_round)
+    share = child_us / (step_ms * 1e3) + parent
+    for k, v in got.items():
+        print(f"{k}: median {med[k]:.1f} us (" + ", ".join(f"{x:.1f}" for x in v) + ")",
+              file=sys.stderr)
+    print(f"training process: {child_us:.1f} us a step (min {min(per_round):.1f}, max "
+          f"{max(per_round):.1f}); watching parent {parent * 1e3:.1f} ms CPU a second; "
+          f"against a {step_ms:.2f} ms step: {share * 100:.2f} % "
+          f"(load {load0:.1f}-{os.getloadavg()[0]:.1f})", file=sys.stderr)
+    print(json.dumps({"figure": "watch_keras_step_cost_us", "value": round(child_us, 1),
+                      "min": round(min(per_round), 1), "max": round(max(per_round), 1),
+                      "runs": len(per_round), **{k: round(v, 1) for k, v in med.items()},
+                      "parent_cpu_ms_per_s": round(parent * 1e3, 2),
+                      "step_ms": round(step_ms, 2), "share_of_step": round(share, 4)}))
+
+
+if __name__ == "__main__":
+    main()
