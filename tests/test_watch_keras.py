@@ -143,8 +143,10 @@ def test_pydataset_worker_threads_gil_bound(tmp_path: Path) -> None:
     threads take turns on one core, so a batch comes every >= 80 ms while the model needs a
     few: input-bound, each thread busy most of the phase but on a CPU far less, and the fix is
     the same workers as processes."""
+    # 24 steps, not 10: Keras's pool queues up to 10 batches, which can hold most of a short
+    # epoch ready before it starts (a suite run once saw epoch 2 compute-bound so).
     s = _run(tmp_path, "tensorflow", "pydataset", "80", "dense", "--workers", "2",
-             "--cpu-clock", "--steps", "10")
+             "--cpu-clock", "--steps", "24")
     assert s["loader"]["workers"] == 2 and s["loader"]["multiprocessing"] is False
     train = _train(s)
     assert [p["epoch"] for p in train] == [1, 2]
