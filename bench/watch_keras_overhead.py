@@ -7,7 +7,9 @@ times its own epochs with an epoch-level callback (no batch hooks, the same in b
 reports its best training epoch after the first (which traces the train function), so process
 start-up, imports and tracing are not counted: only what watching adds while training runs —
 the watch callback, the mark at the end of the tf.data pipeline, the parent's samplers.
-It also reports the training process's CPU time per image, watched / bare.
+It also reports the training process's CPU time per image, watched / bare. On a shared 2-core
+machine one pair swings by ±20 %, far more than watching costs: ``watch_keras_step_cost.py``
+measures that cost directly.
 
 Usage:
     .venv/bin/python bench/watch_keras_overhead.py [--runs 5] [--steps 150] [--interval 1.0]
