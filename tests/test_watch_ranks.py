@@ -138,8 +138,10 @@ def test_accelerate_launch_records_both_ranks(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_lightning_ddp_records_both_ranks(tmp_path: Path) -> None:
-    # The script is rank 0 itself; Lightning launches rank 1 as a copy of it.
-    res, run, s = _watch(tmp_path, [sys.executable], "lightning_ddp.py")
+    # The script is rank 0 itself; Lightning launches rank 1 as a copy of it and does not wait
+    # for it at exit. Rank 1 planted to wind down 3 s after rank 0 ends (one CI run saw it still
+    # tearing down 2 s later, and watch ended it: exit 143): the job still completed.
+    res, run, s = _watch(tmp_path, [sys.executable], "lightning_ddp.py", RANK1_LINGER_S="3")
     _assert_both_ranks_recorded(run, s, res)
     with RunReader(run) as r0:
         mains = {p.pid for p in r0.processes() if p.role == "main"}

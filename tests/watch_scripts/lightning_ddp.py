@@ -2,6 +2,9 @@
 Trainer(strategy="ddp", accelerator="cpu", devices=2): this process is rank 0 and launches rank 1.
 """
 
+import os
+import time
+
 import lightning as L
 import torch
 import torch.nn as nn
@@ -29,3 +32,6 @@ if __name__ == "__main__":
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False)
     trainer.fit(LitModel(), DataLoader(dataset, batch_size=8))
+    # A rank that takes a while to wind down (the test plants it): rank 0 does not wait for it.
+    if os.environ.get("LOCAL_RANK") == "1":
+        time.sleep(float(os.environ.get("RANK1_LINGER_S", "0")))

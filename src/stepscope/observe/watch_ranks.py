@@ -259,6 +259,24 @@ class RankHub:
                     r.end.t = r.end.t or time.time()
                     r.done.set()
 
+    def wait_ranks(self, timeout_s: float) -> list[Rank]:
+        """Wait up to ``timeout_s`` for every rank's process to end; returns those still running.
+
+        A launcher may exit before the ranks it started: Lightning's rank 0 does not wait for
+        the ranks it spawned, which can still be tearing down their process group seconds later
+        on a loaded machine. Ending them when the command exits would turn a finished job into
+        a failed one (exit 143)."""
+        deadline = time.monotonic() + timeout_s
+        self._wake.set()
+        while True:
+            with self._lock:
+                running = [r for r in self.ranks.values()
+                           if r.end.exit_code is None and not r.done.is_set()]
+            left = deadline - time.monotonic()
+            if not running or left <= 0:
+                return running
+            running[0].done.wait(min(left, 0.1))
+
     def finish(self, t_end: float, drain_s: float) -> tuple[int | None, list[str]]:
         """Stop listening, drain the ranks, close their stores with their status.
 
