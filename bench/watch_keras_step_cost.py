@@ -5,7 +5,8 @@ its own, bare and instrumented alternately in one process, so the difference is 
 
 1. the hooks on the loop's thread, per step: the watch callback's ``on_train_batch_begin``
    (which closes the last step and sends its record down a pipe, here to ``/dev/null``), the
-   epoch iterator's ``use`` and the graph timer's bookkeeping (``KerasSteps``);
+   epoch iterator's ``use`` and the graph timer's bookkeeping (``KerasSteps``), with the loop
+   thread's sleep clock read at each step (a PyDataset's loading runs on Python threads);
 2. the mark at the end of the input pipeline, per batch: a ``zip`` with a clock and a ``map``
    with one ``tf.numpy_function`` (``mark_dataset``), CPU of every thread while a prefetched
    ``tf.data`` pipeline of 32-row batches is drained;
@@ -83,6 +84,9 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
 
     rec = Recorder(Channel(os.open(os.devnull, os.O_WRONLY)))
     steps = ksteps.KerasSteps(rec, count_images)
+    # The bench CNN's PyDataset runs Python on a thread of the training process, so watch reads
+    # the loop thread's sleep clock at each step and graph call (``loop.keras_gil_wait``).
+    steps.asleep = ksteps.thread_asleep(steps.clock)
     cb = hooks.callback_class(keras.callbacks.Callback, rec, steps)(
         "fit", lambda a, b: 32, lambda a, b: 0, None, None)
     token = 1

@@ -288,6 +288,8 @@ class KerasTrainCalls(TypedDict):
 LoaderFacts = TypedDict("LoaderFacts", {
     "framework": str | None, "keras_backend": str | None, "callbacks_timed": bool | None,
     "train_calls": KerasTrainCalls | None,
+    # the loop's sleep outside TensorFlow's graph calls counted as data wait (loading threads)
+    "gil_wait_counted": bool | None,
     "kind": str | None, "class": str | None, "workers": int | None,
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
     "cache": bool | None, "augments": bool | None,

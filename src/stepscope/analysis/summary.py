@@ -257,6 +257,7 @@ def _loader_section(facts: dict[str, Fact]) -> LoaderFacts:
     return {"framework": _fact(facts, "loop.framework"),
             "keras_backend": _fact(facts, "loop.keras_backend"),
             "callbacks_timed": _fact(facts, "loop.keras_callbacks_timed"),
+            "gil_wait_counted": _fact(facts, "loop.keras_gil_wait"),
             "train_calls": _fact(facts, "loop.keras_train_calls"),
             "distribute_strategy": _fact(facts, "loop.distribute_strategy"),
             "distribute_replicas": _fact(facts, "loop.distribute_replicas"),

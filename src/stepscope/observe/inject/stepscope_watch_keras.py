@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         KerasSteps,
         TimedIterable,
         mark_dataset,
+        thread_asleep,
         time_graph_calls,
     )
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
@@ -37,6 +38,7 @@ else:
             KerasSteps,
             TimedIterable,
             mark_dataset,
+            thread_asleep,
             time_graph_calls,
         )
     except ImportError:  # in-process, for stepscope.keras.Callback
@@ -48,6 +50,7 @@ else:
             KerasSteps,
             TimedIterable,
             mark_dataset,
+            thread_asleep,
             time_graph_calls,
         )
 
@@ -325,6 +328,27 @@ def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasS
         setattr(model_cls, name, _wrap(orig, name, callback_cls, rec, steps, framework))
 
 
+PYTHON_THREAD_INPUTS = ("PyDataset", "ImageDataGenerator", "generator")  # classify()'s kinds
+
+
+def _watch_gil(steps: KerasSteps, train_in: dict[str, Any], rec: Recorder) -> None:
+    """On TensorFlow (its graph calls timed), loading that runs Python on threads of this
+    process: count the loop thread's sleep outside the graph as data wait (see
+    ``stepscope_watch_keras_steps``)."""
+    on_threads = (train_in.get("kind") in PYTHON_THREAD_INPUTS
+                  and not train_in.get("multiprocessing"))
+    if steps.train_calls is None or not on_threads:
+        steps.asleep = None
+        return
+    steps.asleep = thread_asleep(steps.clock)
+    if rec.once("keras-gil-wait"):
+        rec.fact("loop.keras_gil_wait", True,
+                 "watch: the loading runs Python on threads of the training process, so the "
+                 "loop thread's time asleep outside TensorFlow's graph calls and the user's "
+                 "callbacks (wall less its on-CPU and run-queue time, /proc/thread-self/"
+                 "schedstat) is counted as data wait: it waits for the GIL the loading holds")
+
+
 def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder,
           steps: KerasSteps, framework: str) -> Callable[..., Any]:
     import inspect  # here, not at start-up: only a Keras program pays for it
@@ -344,6 +368,7 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
                 else train_in
             cb = callback_cls(name, train_images, val_images, train_in.get("workers"),
                               val_in.get("workers"))
+            _watch_gil(steps, train_in, rec)
             cbs = a.get("callbacks")
             if cbs is None or isinstance(cbs, (list, tuple)):
                 a["callbacks"] = [*(cbs or []), cb]

@@ -33,6 +33,16 @@ the rest of the step (the callbacks, Keras's per-batch Python, the function's di
 once per call, which ``steps_per_execution`` divides (fact ``loop.keras_train_calls``: sums,
 and per call the graph's own work, less the data wait in it: median and 10th percentile).
 
+Loading that runs Python on threads of the training process (a PyDataset or Sequence on a thread
+pool, a generator, ImageDataGenerator without ``use_multiprocessing``) holds the GIL while it
+runs, and the loop's own Python between graph calls must take it back each time: with two such
+threads busy, the loop waited for the GIL most of a step and the batch's own wait was a quarter
+of it. So on TensorFlow, for such inputs, the loop thread's time *asleep* outside the graph calls
+and the user's callbacks (wall less its on-CPU and run-queue time, from its
+``/proc/thread-self/schedstat``) is data wait too (``KerasSteps.asleep``): outside the graph the
+loop does not block on anything else (callbacks are asynchronous, and the user's synchronous
+ones are subtracted). Asleep *inside* a graph call, it waits for TensorFlow's threads (compute).
+
 Standard library only: this runs inside the user's interpreter.
 """
 
@@ -141,6 +151,11 @@ class KerasSteps:
         self.graph_s = 0.0
         self.graph_calls = 0
         self.train_calls: TrainCalls | None = None
+        # The loop thread's clock of time asleep (see the module doc), set while the input runs
+        # Python on threads of this process; the open step's start and its graph calls' share.
+        self.asleep: Callable[[], float] | None = None
+        self.sleep0 = 0.0
+        self.graph_sleep = 0.0
 
     # -- producers -------------------------------------------------------------------------------
     def pull_begin(self, t: float) -> None:
@@ -233,13 +248,14 @@ class KerasSteps:
             self._stage_fact(ph)
         return ph
 
-    def graph_ran(self, t0: float, t1: float) -> None:
-        """TensorFlow ran a function's graph from ``t0`` to ``t1`` (any thread: only the loop's
-        own calls, inside a step window, count)."""
+    def graph_ran(self, t0: float, t1: float, slept: float = 0.0) -> None:
+        """TensorFlow ran a function's graph from ``t0`` to ``t1``, the calling thread asleep
+        ``slept`` of it (any thread: only the loop's own calls, inside a step window, count)."""
         if self.t_begin is None or threading.get_ident() != self.main_thread_id:
             return
         self.graph_calls += 1
         self.graph_s += t1 - t0
+        self.graph_sleep += slept
 
     def _calls_fact(self, ph: PhaseState) -> None:
         found = self.train_calls.fact() if self.train_calls is not None else None
@@ -271,6 +287,8 @@ class KerasSteps:
         self.pulled = 0
         self.graph_s = 0.0
         self.graph_calls = 0
+        self.graph_sleep = 0.0
+        self.sleep0 = self.asleep() if self.asleep is not None else 0.0
 
     def _close(self, t: float) -> None:
         if self.t_begin is None or self.phase is None:
@@ -289,6 +307,9 @@ class KerasSteps:
                 and self.phase.phase == "train" and self.phase.steps >= self.phase.warm:
             # TensorFlow fetches the batch inside the graph: its wait is part of the graph time
             self.train_calls.add(max(t - self.t_start, 0.0), self.graph_s, wait, self.per_step)
+        if self.asleep is not None:  # waiting for the GIL the loading threads hold
+            slept = self.asleep() - self.sleep0 - self.graph_sleep - self.callback_s
+            wait = min(wait + max(slept, 0.0), max(t - self.t_start, 0.0))
         self.rec.begin_step(self.phase, self.t_start, self.t_start + wait, images)
         if self.rec.step is not None:
             self.rec.step.other_s = min(self.callback_s, max(t - self.t_start - wait, 0.0))
@@ -325,16 +346,46 @@ def time_graph_calls(steps: KerasSteps) -> None:
         return
     clock, ran = steps.clock, steps.graph_ran
 
+    main = steps.main_thread_id
+
     def call_function(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # only the loop's thread reads its clock (each thread keeps a schedstat descriptor)
+        asleep = steps.asleep if threading.get_ident() == main else None
+        s0 = asleep() if asleep is not None else 0.0
         t0 = clock()
         try:
             return inner(self, *args, **kwargs)
         finally:
-            ran(t0, clock())
+            t1 = clock()
+            ran(t0, t1, asleep() - s0 if asleep is not None else 0.0)
 
     call_function._stepscope = True  # type: ignore[attr-defined]
     cls.call_function = call_function
     steps.train_calls = TrainCalls()
+
+
+def thread_asleep(clock: Callable[[], float]) -> Callable[[], float]:
+    """A clock of the calling thread's time asleep: ``clock()`` less its CPU time and its
+    run-queue wait (its own schedstat; none where there is none). Only differences mean
+    anything; each thread reads its own."""
+    if TYPE_CHECKING:
+        from stepscope.observe.inject.stepscope_watch_stages import thread_sched
+    else:
+        try:  # in the watched interpreter a top-level module (see sitecustomize)
+            from stepscope_watch_stages import thread_sched
+        except ImportError:  # in-process, for stepscope.keras.Callback
+            from stepscope.observe.inject.stepscope_watch_stages import thread_sched
+
+    thread_time = time.thread_time
+
+    def asleep() -> float:
+        # The CPU clock, not schedstat's on-CPU figure: the kernel brings that up to date only
+        # at scheduler events and ticks, so a running thread's own read lags by up to a tick
+        # (~1 ms a step read as sleep in a compute-bound run); its run-queue wait is final.
+        rq = thread_sched()[1]
+        return clock() - thread_time() - rq
+
+    return asleep
 
 
 class TimedIterable:

@@ -200,7 +200,7 @@ def timed(name: str, fn: Callable[..., Any], nbytes: Callable[..., int] | None =
 _sched_fds = threading.local()  # per thread: its own schedstat file, opened once
 
 
-def _sched() -> tuple[float, float]:
+def thread_sched() -> tuple[float, float]:
     """(on-CPU s, run-queue wait s) of the calling thread; (thread CPU, 0) without schedstat."""
     fd = getattr(_sched_fds, "fd", None)
     try:
@@ -227,7 +227,7 @@ class BatchTimer:
     def __enter__(self) -> BatchTimer:
         self._b = b = board()
         if b is not None:
-            self._cpu0, self._rq0 = _sched()
+            self._cpu0, self._rq0 = thread_sched()
             b.push()
             self._t0 = time.perf_counter()
         return self
@@ -237,7 +237,7 @@ class BatchTimer:
         if b is None:
             return
         dt = time.perf_counter() - self._t0
-        cpu, rq = _sched()
+        cpu, rq = thread_sched()
         children = b.local.stack.pop()
         v = b.v
         # What the dataset's own code did outside any hooked stage counts as ``item``.
@@ -295,7 +295,7 @@ class ThreadTimer:
         self._b = b = board()
         if b is not None:
             b.push()  # hooked stages inside (a decode) are subtracted from ``item``
-        self._cpu0, self._rq0 = _sched()
+        self._cpu0, self._rq0 = thread_sched()
         self._t0 = time.perf_counter()
         return self
 
@@ -304,7 +304,7 @@ class ThreadTimer:
         if row is None:
             return
         dt = time.perf_counter() - self._t0
-        cpu, rq = _sched()
+        cpu, rq = thread_sched()
         children = self._b.local.stack.pop() if self._b is not None else 0.0
         row[_BUSY] += dt
         row[_CPU] += max(0.0, cpu - self._cpu0)
