@@ -190,8 +190,9 @@ def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[Proces
                    "total adds each process's highest of the slice: an upper bound")
         items.append(_item(f"{_worker_word(facts)} {i}", uss, how))
     if summed:
-        notes.append(_UPPER_BOUND_NOTE.format(
-            s=max(w for w in (peak.main_slice_s, *(s for _, _, s in peak.workers)) if w)))
+        notes.append(upper_bound_note(
+            max(w for w in (peak.main_slice_s, *(s for _, _, s in peak.workers)) if w),
+            "main RSS's and each worker's highest USS"))
     total = int(peak.main_rss + sum(u for _, u, _ in peak.workers))
     ledger = _close(total, items, "cpu", notes, HOST_UNATTRIBUTED_TARGET_FRAC)
     ledger["peak_t"] = peak.t
@@ -201,11 +202,12 @@ def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[Proces
     return ledger
 
 
-_UPPER_BOUND_NOTE = (
-    "the peak lies in the run's rolled-up part (samples older than the raw window are kept only "
-    "as each {s:.0f}-s slice's mean, lowest and highest): the total adds main RSS's and each "
-    "worker's highest USS in that slice, an upper bound, since they need not have peaked at the "
-    "same instant")
+def upper_bound_note(slice_s: float, what: str) -> str:
+    """Why a peak read from a rolled-up slice, summed over processes, is an upper bound."""
+    return (f"the peak lies in the run's rolled-up part (samples older than the raw window are "
+            f"kept only as each {slice_s:.0f}-s slice's mean, lowest and highest): the total "
+            f"adds {what} in that slice, an upper bound, since they need not have peaked at "
+            "the same instant")
 
 
 def _shm_item(cache: SampleCache, peak: _HostPeak) -> list[LedgerItem]:
@@ -218,9 +220,7 @@ def _shm_item(cache: SampleCache, peak: _HostPeak) -> list[LedgerItem]:
     if peak.main_slice_s is None:
         at_peak = shm.nearest(peak.t, NEAREST_GAP_S)
     else:
-        top = cache.peak("host", "mem_shmem_bytes")
-        i = top.argmax_in(peak.slice_lo, peak.slice_hi)
-        at_peak = None if i is None else top.v[i]
+        at_peak = cache.peak("host", "mem_shmem_bytes").max_in(peak.slice_lo, peak.slice_hi)
         how = (f"highest host Shmem in the {peak.main_slice_s:.0f}-s roll-up slice of the peak "
                "− at the start (/dev/shm batches from workers)")
     if at_peak is None or at_peak <= shm.v[0]:
@@ -310,9 +310,7 @@ def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fa
         reserved = cache.get(torch_src, "reserved_bytes").nearest(peak.t, NEAREST_GAP_S)
     else:
         # The peak is a roll-up slice's highest: reserved's highest in the same slice.
-        top = cache.peak(torch_src, "reserved_bytes")
-        j = top.argmax_in(peak.slice_lo, peak.slice_hi)
-        reserved = None if j is None else top.v[j]
+        reserved = cache.peak(torch_src, "reserved_bytes").max_in(peak.slice_lo, peak.slice_hi)
         reserved_how = (f"highest allocator reserved in the {peak.slice_s:.0f}-s roll-up slice "
                         "of the peak")
     if reserved is not None and framework not in POOL_FIXES:
@@ -320,11 +318,8 @@ def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fa
     elif pool is not None:
         items += _pool_items(used - (context or 0), framework, facts, pool["why"])
     if peak.summed_bound and peak.slice_s is not None:
-        notes.append(
-            "the peak lies in the run's rolled-up part (samples older than the raw window are "
-            f"kept only as each {peak.slice_s:.0f}-s slice's mean, lowest and highest): the "
-            "total adds each process's highest NVML used memory in that slice, an upper bound, "
-            "since they need not have peaked at the same instant")
+        notes.append(upper_bound_note(peak.slice_s,
+                                      "each process's highest NVML used memory"))
     ledger = _close(int(used), items, device, notes, GPU_UNATTRIBUTED_TARGET_FRAC)
     ledger["peak_t"] = peak.t
     ledger["gpu_total_bytes"] = card

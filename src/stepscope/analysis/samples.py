@@ -47,6 +47,11 @@ class Series:
         a, b = bisect.bisect_left(self.t, lo), bisect.bisect_left(self.t, hi)
         return max(range(a, b), key=self.v.__getitem__) if a < b else None
 
+    def max_in(self, lo: float, hi: float) -> float | None:
+        """The highest value among the points with lo <= t < hi (None: no point there)."""
+        i = self.argmax_in(lo, hi)
+        return None if i is None else self.v[i]
+
     def slice_s(self, i: int) -> float | None:
         """The width of the roll-up slice point i stands for (None: a raw sample)."""
         return self.slice_hi[i] - self.slice_lo[i] if self.rolled(i) else None
