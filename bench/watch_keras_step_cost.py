@@ -8,7 +8,8 @@ its own, bare and instrumented alternately in one process, so the difference is 
    epoch iterator's ``use`` and the graph timer's bookkeeping (``KerasSteps``), with the loop
    thread's sleep clock read at each step (a PyDataset's loading runs on Python threads);
 2. the mark at the end of the input pipeline, per batch: a ``zip`` with a clock and a ``map``
-   with one ``tf.numpy_function`` (``mark_dataset``), CPU of every thread while a prefetched
+   with one ``tf.print`` line to a file (``mark_dataset``), and reading the lines back, CPU
+   of every thread while a prefetched
    ``tf.data`` pipeline of 32-row batches is drained;
 3. the timed ``Context.call_function``, per train-function call: a small ``tf.function``
    called bare and through the wrapper (``time_graph_calls``);
@@ -18,9 +19,9 @@ its own, bare and instrumented alternately in one process, so the difference is 
 The training process pays 1–3 per step; 4 runs beside it, and is counted here as if it took
 its CPU from the training (the worst case, when the job has every core). A throughput
 comparison of whole runs (``bench/watch_keras_overhead.py``) swings ±20 % per pair on this
-shared machine, far more than these costs, so they are measured directly. They leave out what
-cannot be timed from Python: the training thread's waits for the interpreter lock while the
-mark's Python function holds it (a few microseconds per batch, at most the note's own time).
+shared machine, far more than these costs, so they are measured directly. The mark runs no
+Python (its note is a TensorFlow print op), so it takes no interpreter lock from the training
+thread; the lines are read back on the loop's thread, which part 2 counts.
 
 Usage:
     .venv/bin/python bench/watch_keras_step_cost.py [--rounds 5] [--step-ms 28]
@@ -122,6 +123,7 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
             def go() -> None:
                 for _ in ds:
                     pass
+                steps.read_marks()  # the loop reads each batch's note at its step's end
                 steps.ready.clear()
             return _cpu_us_per(2000, go)
         return run

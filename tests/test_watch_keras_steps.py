@@ -235,3 +235,31 @@ def test_the_mark_adds_no_prefetch_buffer_to_the_pipeline() -> None:
     assert prefetched.stages == ["zip(generator)", "map", "prefetch(-1)"]
     plain = mark_dataset(tf, _Pipeline(["generator", "map"]), steps, 1)
     assert plain.stages == ["zip(generator+map)", "map"]  # tf.data injects its prefetch after
+
+
+def test_mark_log_reads_whole_lines_across_rotation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marks' file: a half-written line waits for its end; past the size limit the file is
+    unlinked, and a writer that still holds it open (its line in flight) is not lost."""
+    from stepscope.observe.inject.stepscope_watch_keras_steps import MarkLog
+
+    monkeypatch.setattr(MarkLog, "ROTATE_BYTES", 64)
+    log = MarkLog(offset=0.0)
+    try:
+        with open(log.path, "a") as f:
+            f.write("7 100 200 8\n7 300 4")
+            f.flush()
+            assert log.read() == [(7, 100, 200, 8)]
+            f.write("00 8\n")
+            f.flush()
+            assert log.read() == [(7, 300, 400, 8)]
+            f.write("7 500 600 8\n" * 5)  # past 64 bytes: read, then the file is unlinked
+            f.flush()
+            assert len(log.read()) == 5 and os.path.exists(log.path)
+            f.write("7 700 800 8\n")  # an in-flight writer's line lands in the old inode
+            f.flush()
+        with open(log.path, "a") as g:  # the next line makes a new file at the path
+            g.write("3 900 950 16\n")
+        assert log.read() == [(7, 700, 800, 8), (3, 900, 950, 16)]
+    finally:
+        log.close()
+    assert not os.path.exists(log.path)

@@ -48,6 +48,10 @@ Standard library only: this runs inside the user's interpreter.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
+import tempfile
 import threading
 import time
 from collections import deque
@@ -154,6 +158,7 @@ class KerasSteps:
         # The loop thread's clock of time asleep (see the module doc), set while the input runs
         # Python on threads of this process; the open step's start and its graph calls' share.
         self.asleep: Callable[[], float] | None = None
+        self.mark_log: MarkLog | None = None  # where the tf.data marks note their batches
         self.sleep0 = 0.0
         self.graph_sleep = 0.0
 
@@ -179,10 +184,11 @@ class KerasSteps:
         self.pulled += 1
         self.pulled_images += self.count_images(batch)
 
-    def batch_ready(self, token: int, images: int, requested: float) -> None:
+    def batch_ready(self, token: int, images: int, requested: float,
+                    ready: float | None = None) -> None:
         """A batch of ``images`` asked for at ``requested`` left the marked ``tf.data``
-        pipeline ``token`` now (any thread)."""
-        t = self.clock()
+        pipeline ``token`` at ``ready`` (default: now; any thread)."""
+        t = self.clock() if ready is None else ready
         with self.lock:
             if requested < self.floor.get(token, requested):
                 return  # the old iterator's: see ``floor``
@@ -195,6 +201,7 @@ class KerasSteps:
         """A fresh iterator over ``token``'s pipeline, made after ``since`` (default: now):
         batches the old one prefetched before then are void."""
         t = self.clock() if since is None else since
+        self.read_marks()
         with self.lock:
             self.floor[token] = t
             q = self.ready.get(token)
@@ -317,10 +324,20 @@ class KerasSteps:
         self.t_begin = None
         self._reset()
 
+    def read_marks(self) -> None:
+        """Take in the notes the marks wrote since the last read (see :class:`MarkLog`)."""
+        log = self.mark_log
+        if log is None:
+            return
+        offset = log.offset
+        for token, requested_us, ready_us, n in log.read():
+            self.batch_ready(token, n, requested_us * 1e-6 - offset, ready_us * 1e-6 - offset)
+
     def _pop_ready(self) -> tuple[float, int, float] | None:
         """(last batch's ready time, images, first batch's request time) of this step."""
         if self.active is None:
             return None
+        self.read_marks()
         with self.lock:
             q = self.ready.get(self.active)
             if not q:
@@ -436,11 +453,10 @@ def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
     in turn when its own consumer asks, so the clock element is made at the request. This
     matters for the first batch of an iterator: tf.data starts producing on the first request,
     which a traced train function makes only after tracing, so the batch-begin callback is not
-    when the batch was asked for. The request clock is ``tf.timestamp`` (a TensorFlow op); the
-    note is one ``tf.numpy_function`` call per batch (~300 us of CPU on this 2-core machine, the
-    most of what watching adds to a step; per batch, not per image),
-    joined to the batch by a control dependency so the batch cannot reach the train function
-    before it is taken. Structure, dtypes and static shapes of the batch are unchanged.
+    when the batch was asked for. Both clocks are ``tf.timestamp`` (a TensorFlow op); the note
+    is one ``tf.print`` line per batch to a file the loop reads (:class:`MarkLog`), joined to
+    the batch by a control dependency so the batch cannot reach the train function before it is
+    written. Structure, dtypes and static shapes of the batch are unchanged.
 
     A pipeline that ends in ``prefetch`` (Keras's PyDataset adapter, the tf.data guide's own
     pipelines) is marked *inside* that prefetch: ``inner.prefetch(n)`` becomes
@@ -452,13 +468,12 @@ def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
     ``ready - max(begin, request)``, zero when the buffer held the batch.
     """
 
-    # The request clock is a TensorFlow op (no Python, no GIL): Unix seconds, turned into this
-    # process's monotonic clock in the one Python call per batch.
-    offset = time.time() - steps.clock()
-
-    def note(requested: Any, n: Any) -> Any:
-        steps.batch_ready(token, int(n), float(requested) - offset)
-        return n
+    # Both clocks are TensorFlow ops (no Python, no GIL): Unix microseconds, turned into this
+    # process's monotonic clock when the loop reads the note.
+    log = steps.mark_log
+    if log is None:
+        log = steps.mark_log = MarkLog(time.time() - steps.clock())
+    stream = f"file://{log.path}"
 
     clock = _inline_map(tf, tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat(),
                         lambda _: tf.timestamp())
@@ -470,7 +485,8 @@ def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
             return structure
         first = dense[0]
         n = tf.shape(first, out_type=tf.int64)[0] if first.shape.rank else tf.constant(1, tf.int64)
-        done = tf.numpy_function(note, [requested, n], tf.int64, stateful=True)
+        done = tf.print(tf.constant(token, tf.int64), _micros(tf, requested),
+                        _micros(tf, tf.timestamp()), n, output_stream=stream)
         with tf.control_dependencies([done]):
             out = [tf.identity(x) if isinstance(x, tf.Tensor) else x for x in flat]
         return tf.nest.pack_sequence_as(structure, out)
@@ -479,6 +495,86 @@ def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
     inner = dataset if ends_in_prefetch is None else ends_in_prefetch[0]
     marked = _inline_map(tf, tf.data.Dataset.zip((clock, inner)), mark)
     return marked if ends_in_prefetch is None else marked.prefetch(ends_in_prefetch[1])
+
+
+def _micros(tf: Any, seconds: Any) -> Any:
+    return tf.cast(seconds * 1e6, tf.int64)
+
+
+class MarkLog:
+    """The marks' notes: one line per batch, ``token requested_us ready_us images``, appended by
+    TensorFlow's print op to a file of this process and read by the loop's thread at each step.
+
+    The op opens, appends and closes the file for each line, in C++ on the pipeline's thread:
+    no Python and no GIL, ~30 us a batch here, where a ``tf.numpy_function`` note cost ~100 us
+    and waited for the GIL behind any Python loading threads. A line is read once complete (a
+    read can catch one half-written). Past ``ROTATE_BYTES`` the file is unlinked: a line being
+    written still lands in the open inode, which is drained for ``ROTATE_GRACE_S`` more, and
+    the next line makes a new file at the path. Lines of one pipeline come in order: its mark
+    runs on one thread at a time, each line closed before the next is opened.
+    """
+
+    ROTATE_BYTES = 1 << 20
+    ROTATE_GRACE_S = 1.0
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset  # Unix time less the loop's clock
+        folder = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        fd, self.path = tempfile.mkstemp(prefix=f"stepscope-marks-{os.getpid()}-", dir=folder)
+        os.close(fd)
+        self.fd = os.open(self.path, os.O_RDONLY)
+        self.size = 0
+        self.old: list[tuple[int, float]] = []  # unlinked files still drained: (fd, until)
+        self.partial = b""
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        atexit.register(self.close)
+
+    def read(self) -> list[tuple[int, int, int, int]]:
+        with self.lock:
+            chunks = [self._drain(fd) for fd, _ in self.old]
+            now = time.monotonic()
+            for fd, _ in [o for o in self.old if o[1] < now]:
+                os.close(fd)
+            self.old = [o for o in self.old if o[1] >= now]
+            new = self._drain(self.fd)
+            self.size += len(new)
+            chunks.append(new)
+            if self.size > self.ROTATE_BYTES:
+                self._rotate(now)
+            data = self.partial + b"".join(chunks)
+            cut = data.rfind(b"\n") + 1
+            self.partial = data[cut:]
+        out = []
+        for line in data[:cut].splitlines():
+            f = line.split()
+            if len(f) == 4:
+                out.append((int(f[0]), int(f[1]), int(f[2]), int(f[3])))
+        return out
+
+    @staticmethod
+    def _drain(fd: int) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            got = os.read(fd, 1 << 16)
+            if not got:
+                return b"".join(parts)
+            parts.append(got)
+
+    def _rotate(self, now: float) -> None:
+        try:
+            os.unlink(self.path)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o600)
+        except OSError:
+            return
+        self.old.append((self.fd, now + self.ROTATE_GRACE_S))
+        self.fd, self.size = fd, 0
+
+    def close(self) -> None:
+        if os.getpid() != self.pid:  # a forked child exiting: the file is its parent's
+            return
+        with self.lock, contextlib.suppress(OSError):
+            os.unlink(self.path)
 
 
 def _inline_map(tf: Any, dataset: Any, fn: Callable[..., Any]) -> Any:
