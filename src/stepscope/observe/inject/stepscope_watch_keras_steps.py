@@ -383,7 +383,7 @@ def time_graph_calls(steps: KerasSteps) -> None:
 
 def thread_asleep(clock: Callable[[], float]) -> Callable[[], float]:
     """A clock of the calling thread's time asleep: ``clock()`` less its CPU time and its
-    run-queue wait (its own schedstat; none where there is none). Only differences mean
+    run-queue wait (``thread_sched``). Only differences mean
     anything; each thread reads its own."""
     if TYPE_CHECKING:
         from stepscope.observe.inject.stepscope_watch_stages import thread_sched
@@ -393,14 +393,11 @@ def thread_asleep(clock: Callable[[], float]) -> Callable[[], float]:
         except ImportError:  # in-process, for stepscope.keras.Callback
             from stepscope.observe.inject.stepscope_watch_stages import thread_sched
 
-    thread_time = time.thread_time
-
     def asleep() -> float:
-        # The CPU clock, not schedstat's on-CPU figure: the kernel brings that up to date only
-        # at scheduler events and ticks, so a running thread's own read lags by up to a tick
-        # (~1 ms a step read as sleep in a compute-bound run); its run-queue wait is final.
-        rq = thread_sched()[1]
-        return clock() - thread_time() - rq
+        # (thread_sched's CPU is the thread's CPU clock: schedstat's own on-CPU figure lags by
+        # up to a tick and read ~1 ms of a 9 ms compute-bound step as sleep.)
+        cpu, rq = thread_sched()
+        return clock() - cpu - rq
 
     return asleep
 

@@ -201,17 +201,22 @@ _sched_fds = threading.local()  # per thread: its own schedstat file, opened onc
 
 
 def thread_sched() -> tuple[float, float]:
-    """(on-CPU s, run-queue wait s) of the calling thread; (thread CPU, 0) without schedstat."""
+    """(CPU s, run-queue wait s) of the calling thread; (CPU, 0) without schedstat.
+
+    The CPU figure is the thread's CPU clock, not schedstat's on-CPU field: the kernel brings
+    that field up to date only at scheduler events and ticks, so a running thread reading its
+    own lags by up to a tick, and a bracket that starts just after a wake-up (fresh) and ends
+    after CPU work (stale) reads low. The run-queue wait is final while the thread runs."""
+    cpu = time.thread_time()
     fd = getattr(_sched_fds, "fd", None)
     try:
         if fd is None:
             # /proc/thread-self names the opening thread: the descriptor stays this thread's.
             fd = _sched_fds.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        parts = os.pread(fd, 96, 0).split()
-        return int(parts[0]) / 1e9, int(parts[1]) / 1e9
+        return cpu, int(os.pread(fd, 96, 0).split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         _sched_fds.fd = None
-        return time.thread_time(), 0.0
+        return cpu, 0.0
 
 
 class BatchTimer:
