@@ -79,6 +79,7 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
     import keras
     import numpy as np
     import stepscope_watch_keras as hooks
+    import stepscope_watch_keras_marks as kmarks
     import stepscope_watch_keras_steps as ksteps
     import tensorflow as tf
     from stepscope_watch_recorder import Channel, Recorder, count_images
@@ -116,7 +117,7 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
     x = np.random.default_rng(0).normal(size=(2000 * 32, 8)).astype("float32")
     y = np.zeros(2000 * 32, dtype="int64")
     base = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).prefetch(tf.data.AUTOTUNE)
-    marked = ksteps.mark_dataset(tf, base, steps, token)
+    marked = kmarks.mark_dataset(tf, base, steps, token)
 
     def drain(ds: Any) -> Callable[[], float]:
         def run() -> float:

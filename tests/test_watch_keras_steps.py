@@ -11,11 +11,11 @@ import pytest
 from stepscope.analysis.keras_loader import stage_fields
 from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
 from stepscope.observe.inject import stepscope_watch_recorder as recorder
+from stepscope.observe.inject.stepscope_watch_keras_marks import MarkLog, mark_dataset
 from stepscope.observe.inject.stepscope_watch_keras_steps import (
     KerasSteps,
     TimedIterable,
     TrainCalls,
-    mark_dataset,
 )
 
 
@@ -240,8 +240,6 @@ def test_the_mark_adds_no_prefetch_buffer_to_the_pipeline() -> None:
 def test_mark_log_reads_whole_lines_across_rotation(monkeypatch: pytest.MonkeyPatch) -> None:
     """The marks' file: a half-written line waits for its end; past the size limit the file is
     unlinked, and a writer that still holds it open (its line in flight) is not lost."""
-    from stepscope.observe.inject.stepscope_watch_keras_steps import MarkLog
-
     monkeypatch.setattr(MarkLog, "ROTATE_BYTES", 64)
     log = MarkLog(offset=0.0)
     try:

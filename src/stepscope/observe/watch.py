@@ -73,8 +73,6 @@ NO_HOOKS_NOTE = (
 # How long to wait for the pipe's last lines after the child exits: a forked worker that
 # outlives it holds the write end open until the process group is cleaned up.
 DRAIN_TIMEOUT_S = 2.0
-# How long ranks that joined the job may outlive the command (see RankHub.wait_ranks).
-RANK_END_TIMEOUT_S = 60.0
 TERM_GRACE_S = 1.0
 
 
@@ -570,12 +568,8 @@ def _supervise(
         returncode = proc.wait()
         t_end = time.time()
         hub.set_exit(proc.pid, exit_status(returncode, None)[1])
-        # A failed command ends its job: its ranks may be stuck in a collective for good.
-        late = hub.wait_ranks(RANK_END_TIMEOUT_S) if returncode == 0 else []
-        if late:
-            notes.append(
-                f"rank(s) {', '.join(str(r.rank) for r in late)} still ran "
-                f"{RANK_END_TIMEOUT_S:.0f} s after the command exited: watch ended them")
+        if returncode == 0:  # a failed command ends its job (its ranks may hang in a collective)
+            notes += hub.wait_ranks()
         reader.join(DRAIN_TIMEOUT_S)
         if reader.is_alive():  # a leftover process holds the pipe: end it, then drain
             kill_group(proc.pid)

@@ -44,6 +44,7 @@ from stepscope.store.rundir import rank_db_name
 
 SOCK_NAME = "ranks.sock"
 PROBE_EVERY_S = 0.01
+RANK_END_TIMEOUT_S = 60.0  # how long ranks that joined the job may outlive the command
 SinkFactory = Callable[[RunWriter, Any, bool], Any]
 
 
@@ -259,8 +260,8 @@ class RankHub:
                     r.end.t = r.end.t or time.time()
                     r.done.set()
 
-    def wait_ranks(self, timeout_s: float) -> list[Rank]:
-        """Wait up to ``timeout_s`` for every rank's process to end; returns those still running.
+    def wait_ranks(self, timeout_s: float = RANK_END_TIMEOUT_S) -> list[str]:
+        """Wait up to ``timeout_s`` for every rank's process to end; notes any still running.
 
         A launcher may exit before the ranks it started: Lightning's rank 0 does not wait for
         the ranks it spawned, which can still be tearing down their process group seconds later
@@ -273,8 +274,11 @@ class RankHub:
                 running = [r for r in self.ranks.values()
                            if r.end.exit_code is None and not r.done.is_set()]
             left = deadline - time.monotonic()
-            if not running or left <= 0:
-                return running
+            if not running:
+                return []
+            if left <= 0:
+                return [f"rank(s) {', '.join(str(r.rank) for r in running)} still ran "
+                        f"{timeout_s:.0f} s after the command exited: watch ended them"]
             running[0].done.wait(min(left, 0.1))
 
     def finish(self, t_end: float, drain_s: float) -> tuple[int | None, list[str]]:

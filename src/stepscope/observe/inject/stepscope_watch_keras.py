@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stepscope.observe.inject.stepscope_watch_keras_data import describe_input, loop_sizes
+    from stepscope.observe.inject.stepscope_watch_keras_marks import mark_dataset
     from stepscope.observe.inject.stepscope_watch_keras_steps import (
         KerasSteps,
         TimedIterable,
-        mark_dataset,
         thread_asleep,
         time_graph_calls,
     )
@@ -34,10 +34,10 @@ if TYPE_CHECKING:
 else:
     try:  # in the watched interpreter these are top-level modules (see sitecustomize)
         from stepscope_watch_keras_data import describe_input, loop_sizes
+        from stepscope_watch_keras_marks import mark_dataset
         from stepscope_watch_keras_steps import (
             KerasSteps,
             TimedIterable,
-            mark_dataset,
             thread_asleep,
             time_graph_calls,
         )
@@ -46,10 +46,10 @@ else:
             describe_input,
             loop_sizes,
         )
+        from stepscope.observe.inject.stepscope_watch_keras_marks import mark_dataset
         from stepscope.observe.inject.stepscope_watch_keras_steps import (
             KerasSteps,
             TimedIterable,
-            mark_dataset,
             thread_asleep,
             time_graph_calls,
         )
@@ -331,7 +331,7 @@ def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasS
 PYTHON_THREAD_INPUTS = ("PyDataset", "ImageDataGenerator", "generator")  # classify()'s kinds
 
 
-def _watch_gil(steps: KerasSteps, train_in: dict[str, Any], rec: Recorder) -> None:
+def _watch_gil(steps: KerasSteps, train_in: dict[str, object], rec: Recorder) -> None:
     """On TensorFlow (its graph calls timed), loading that runs Python on threads of this
     process: count the loop thread's sleep outside the graph as data wait (see
     ``stepscope_watch_keras_steps``)."""

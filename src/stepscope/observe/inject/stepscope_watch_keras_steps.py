@@ -48,10 +48,6 @@ Standard library only: this runs inside the user's interpreter.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
-import tempfile
 import threading
 import time
 from collections import deque
@@ -59,6 +55,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_keras_marks import MarkLog
     from stepscope.observe.inject.stepscope_watch_recorder import PhaseState, Recorder
 
 ImagesFn = Callable[[int, int], int]
@@ -440,165 +437,3 @@ class _TimedIterator:
         after = busy() if busy is not None else False
         self.steps.pulled_batch(t1 - t0, batch, before, after)
         return batch
-
-
-def mark_dataset(tf: Any, dataset: Any, steps: KerasSteps, token: int) -> Any:
-    """``dataset`` with a last step that tells ``steps`` when each batch was asked for and when
-    it left the pipeline.
-
-    The request time comes from a clock zipped in front of the batch: ``zip`` asks its inputs
-    in turn when its own consumer asks, so the clock element is made at the request. This
-    matters for the first batch of an iterator: tf.data starts producing on the first request,
-    which a traced train function makes only after tracing, so the batch-begin callback is not
-    when the batch was asked for. Both clocks are ``tf.timestamp`` (a TensorFlow op); the note
-    is one ``tf.print`` line per batch to a file the loop reads (:class:`MarkLog`), joined to
-    the batch by a control dependency so the batch cannot reach the train function before it is
-    written. Structure, dtypes and static shapes of the batch are unchanged.
-
-    A pipeline that ends in ``prefetch`` (Keras's PyDataset adapter, the tf.data guide's own
-    pipelines) is marked *inside* that prefetch: ``inner.prefetch(n)`` becomes
-    ``mark(inner).prefetch(n)``. Appended after it, the mark's ``map`` would be a synchronous
-    last stage, and tf.data's ``inject_prefetch`` (on by default) would put a second prefetch
-    buffer after it that the unwatched run does not have, and the watched run ran faster than
-    the bare one (docs/performance.md). Inside the prefetch the batch is noted when
-    it enters the buffer, asked for when the buffer's thread asked: the wait is still
-    ``ready - max(begin, request)``, zero when the buffer held the batch.
-    """
-
-    # Both clocks are TensorFlow ops (no Python, no GIL): Unix microseconds, turned into this
-    # process's monotonic clock when the loop reads the note.
-    log = steps.mark_log
-    if log is None:
-        log = steps.mark_log = MarkLog(time.time() - steps.clock())
-    stream = f"file://{log.path}"
-
-    clock = _inline_map(tf, tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat(),
-                        lambda _: tf.timestamp())
-
-    def mark(requested: Any, structure: Any) -> Any:
-        flat = tf.nest.flatten(structure)
-        dense = [x for x in flat if isinstance(x, tf.Tensor)]
-        if not dense:
-            return structure
-        first = dense[0]
-        n = tf.shape(first, out_type=tf.int64)[0] if first.shape.rank else tf.constant(1, tf.int64)
-        done = tf.print(tf.constant(token, tf.int64), _micros(tf, requested),
-                        _micros(tf, tf.timestamp()), n, output_stream=stream)
-        with tf.control_dependencies([done]):
-            out = [tf.identity(x) if isinstance(x, tf.Tensor) else x for x in flat]
-        return tf.nest.pack_sequence_as(structure, out)
-
-    ends_in_prefetch = _prefetch_parts(dataset)
-    inner = dataset if ends_in_prefetch is None else ends_in_prefetch[0]
-    marked = _inline_map(tf, tf.data.Dataset.zip((clock, inner)), mark)
-    return marked if ends_in_prefetch is None else marked.prefetch(ends_in_prefetch[1])
-
-
-def _micros(tf: Any, seconds: Any) -> Any:
-    return tf.cast(seconds * 1e6, tf.int64)
-
-
-class MarkLog:
-    """The marks' notes: one line per batch, ``token requested_us ready_us images``, appended by
-    TensorFlow's print op to a file of this process and read by the loop's thread at each step.
-
-    The op opens, appends and closes the file for each line, in C++ on the pipeline's thread:
-    no Python and no GIL, ~30 us a batch here, where a ``tf.numpy_function`` note cost ~100 us
-    and waited for the GIL behind any Python loading threads. A line is read once complete (a
-    read can catch one half-written). Past ``ROTATE_BYTES`` the file is unlinked: a line being
-    written still lands in the open inode, which is drained for ``ROTATE_GRACE_S`` more, and
-    the next line makes a new file at the path. Lines of one pipeline come in order: its mark
-    runs on one thread at a time, each line closed before the next is opened.
-    """
-
-    ROTATE_BYTES = 1 << 20
-    ROTATE_GRACE_S = 1.0
-
-    def __init__(self, offset: float) -> None:
-        self.offset = offset  # Unix time less the loop's clock
-        folder = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        fd, self.path = tempfile.mkstemp(prefix=f"stepscope-marks-{os.getpid()}-", dir=folder)
-        os.close(fd)
-        self.fd = os.open(self.path, os.O_RDONLY)
-        self.size = 0
-        self.old: list[tuple[int, float]] = []  # unlinked files still drained: (fd, until)
-        self.partial = b""
-        self.lock = threading.Lock()
-        self.pid = os.getpid()
-        atexit.register(self.close)
-
-    def read(self) -> list[tuple[int, int, int, int]]:
-        with self.lock:
-            chunks = [self._drain(fd) for fd, _ in self.old]
-            now = time.monotonic()
-            for fd, _ in [o for o in self.old if o[1] < now]:
-                os.close(fd)
-            self.old = [o for o in self.old if o[1] >= now]
-            new = self._drain(self.fd)
-            self.size += len(new)
-            chunks.append(new)
-            if self.size > self.ROTATE_BYTES:
-                self._rotate(now)
-            data = self.partial + b"".join(chunks)
-            cut = data.rfind(b"\n") + 1
-            self.partial = data[cut:]
-        out = []
-        for line in data[:cut].splitlines():
-            f = line.split()
-            if len(f) == 4:
-                out.append((int(f[0]), int(f[1]), int(f[2]), int(f[3])))
-        return out
-
-    @staticmethod
-    def _drain(fd: int) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            got = os.read(fd, 1 << 16)
-            if not got:
-                return b"".join(parts)
-            parts.append(got)
-
-    def _rotate(self, now: float) -> None:
-        try:
-            os.unlink(self.path)
-            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o600)
-        except OSError:
-            return
-        self.old.append((self.fd, now + self.ROTATE_GRACE_S))
-        self.fd, self.size = fd, 0
-
-    def close(self) -> None:
-        if os.getpid() != self.pid:  # a forked child exiting: the file is its parent's
-            return
-        with self.lock, contextlib.suppress(OSError):
-            os.unlink(self.path)
-
-
-def _inline_map(tf: Any, dataset: Any, fn: Callable[..., Any]) -> Any:
-    """``dataset.map(fn)`` with ``fn``'s ops run on the thread that asks for the element.
-
-    A map whose function holds a stateful op (the clock, the note) is not optimised away, and
-    by default each call hands the function's ops to TensorFlow's inter-op thread pool: about
-    150 us of CPU per batch on this machine for a lone ``tf.timestamp``, a third of what the
-    mark cost in all (``bench/watch_keras_step_cost.py``). Run inline, as tf.data's own
-    ``use_inter_op_parallelism=False`` does, that hand-off is gone (within noise). The option
-    is not in ``Dataset.map``'s public signature: another TensorFlow falls back to ``map``.
-    """
-    try:
-        from tensorflow.python.data.ops import map_op
-
-        return map_op._MapDataset(dataset, fn, use_inter_op_parallelism=False)
-    except (ImportError, AttributeError, TypeError):
-        return dataset.map(fn)
-
-
-def _prefetch_parts(dataset: Any) -> tuple[Any, Any] | None:
-    """``(inner, buffer_size)`` when ``dataset`` is ``inner.prefetch(buffer_size)``."""
-    if type(dataset).__name__ != "_PrefetchDataset":
-        return None
-    inner = getattr(dataset, "_input_dataset", None)
-    try:  # a tensor; prefetch() wants the number (-1 is AUTOTUNE) to choose its autotuning
-        size = int(dataset._buffer_size)
-    except (AttributeError, TypeError, ValueError):  # graph mode, another TensorFlow
-        return None
-    return None if inner is None else (inner, size)
