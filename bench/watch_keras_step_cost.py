@@ -5,8 +5,8 @@ its own, bare and instrumented alternately in one process, so the difference is 
 
 1. the hooks on the loop's thread, per step: the watch callback's ``on_train_batch_begin``
    (which closes the last step and sends its record down a pipe, here to ``/dev/null``), the
-   epoch iterator's ``use`` and the graph timer's bookkeeping (``KerasSteps``), with the loop
-   thread's sleep clock read at each step (a PyDataset's loading runs on Python threads);
+   epoch iterator's ``use`` and the graph timer's bookkeeping (``KerasSteps``), with the clocks
+   a PyDataset on worker threads adds (the loop thread's sleep, the threads' busy time);
 2. the mark at the end of the input pipeline, per batch: a ``zip`` with a clock and a ``map``
    with one ``tf.print`` line to a file (``mark_dataset``), and reading the lines back, CPU
    of every thread while a prefetched
@@ -86,9 +86,10 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
 
     rec = Recorder(Channel(os.open(os.devnull, os.O_WRONLY)))
     steps = ksteps.KerasSteps(rec, count_images)
-    # The bench CNN's PyDataset runs Python on a thread of the training process, so watch reads
-    # the loop thread's sleep clock at each step and graph call (``loop.keras_gil_wait``).
-    steps.asleep = ksteps.thread_asleep(steps.clock)
+    # With a PyDataset on worker threads watch also reads the loop thread's sleep clock at each
+    # step and graph call, and the threads' busy clock at each step (``loop.keras_gil_wait``):
+    # timed here too, the costlier case (the bench CNN's single-worker PyDataset does not pay it).
+    steps.asleep, steps.loader_busy = ksteps.gil_clocks(steps.clock)
     cb = hooks.callback_class(keras.callbacks.Callback, rec, steps)(
         "fit", lambda a, b: 32, lambda a, b: 0, None, None)
     token = 1

@@ -215,7 +215,7 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "loop.keras_backend": "Keras's backend (tensorflow, jax, torch)",
     "loop.keras_callbacks_timed": "watch timed the user's Keras batch callbacks (other_s)",
     "loop.keras_gil_wait": "the Keras loop's sleep outside TensorFlow's graph calls is counted "
-                           "as data wait (loading on Python threads holds the GIL)",
+                           "as data wait (a loading thread pool holds the GIL)",
     "loop.keras_train_calls": "steady Keras training steps on TensorFlow: wall vs the graph's run",
     "loop.distribute_strategy": "the tf.distribute strategy a Keras model ran under (class)",
     "loop.distribute_replicas": "replicas in sync of that strategy",

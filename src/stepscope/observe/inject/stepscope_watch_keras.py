@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from stepscope.observe.inject.stepscope_watch_keras_steps import (
         KerasSteps,
         TimedIterable,
-        thread_asleep,
+        gil_clocks,
         time_graph_calls,
     )
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
@@ -38,7 +38,7 @@ else:
         from stepscope_watch_keras_steps import (
             KerasSteps,
             TimedIterable,
-            thread_asleep,
+            gil_clocks,
             time_graph_calls,
         )
     except ImportError:  # in-process, for stepscope.keras.Callback
@@ -50,7 +50,7 @@ else:
         from stepscope.observe.inject.stepscope_watch_keras_steps import (
             KerasSteps,
             TimedIterable,
-            thread_asleep,
+            gil_clocks,
             time_graph_calls,
         )
 
@@ -328,25 +328,24 @@ def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasS
         setattr(model_cls, name, _wrap(orig, name, callback_cls, rec, steps, framework))
 
 
-PYTHON_THREAD_INPUTS = ("PyDataset", "ImageDataGenerator", "generator")  # classify()'s kinds
-
-
 def _watch_gil(steps: KerasSteps, train_in: dict[str, object], rec: Recorder) -> None:
-    """On TensorFlow (its graph calls timed), loading that runs Python on threads of this
-    process: count the loop thread's sleep outside the graph as data wait (see
-    ``stepscope_watch_keras_steps``)."""
-    on_threads = (train_in.get("kind") in PYTHON_THREAD_INPUTS
-                  and not train_in.get("multiprocessing"))
-    if steps.train_calls is None or not on_threads:
-        steps.asleep = None
+    """On TensorFlow (its graph calls timed), a PyDataset on a thread pool of this process:
+    count the loop thread's sleep outside the graph, up to the loading threads' busy time in
+    the step, as data wait (see ``stepscope_watch_keras_steps``)."""
+    workers = train_in.get("workers")
+    pool = (train_in.get("kind") in ("PyDataset", "ImageDataGenerator")
+            and isinstance(workers, int) and workers > 1 and not train_in.get("multiprocessing"))
+    if steps.train_calls is None or not pool:
+        steps.asleep = steps.loader_busy = None
         return
-    steps.asleep = thread_asleep(steps.clock)
+    steps.asleep, steps.loader_busy = gil_clocks(steps.clock)
     if rec.once("keras-gil-wait"):
         rec.fact("loop.keras_gil_wait", True,
-                 "watch: the loading runs Python on threads of the training process, so the "
-                 "loop thread's time asleep outside TensorFlow's graph calls and the user's "
-                 "callbacks (wall less its on-CPU and run-queue time, /proc/thread-self/"
-                 "schedstat) is counted as data wait: it waits for the GIL the loading holds")
+                 "watch: the loading runs Python on a thread pool of the training process, so "
+                 "the loop thread's time asleep outside TensorFlow's graph calls and the user's "
+                 "callbacks (wall less its CPU time and run-queue wait, /proc/thread-self/"
+                 "schedstat), up to the loading threads' busy time in the step, is counted as "
+                 "data wait: it waits for the GIL the loading holds")
 
 
 def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder,

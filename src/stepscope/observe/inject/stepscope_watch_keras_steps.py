@@ -33,15 +33,18 @@ the rest of the step (the callbacks, Keras's per-batch Python, the function's di
 once per call, which ``steps_per_execution`` divides (fact ``loop.keras_train_calls``: sums,
 and per call the graph's own work, less the data wait in it: median and 10th percentile).
 
-Loading that runs Python on threads of the training process (a PyDataset or Sequence on a thread
-pool, a generator, ImageDataGenerator without ``use_multiprocessing``) holds the GIL while it
-runs, and the loop's own Python between graph calls must take it back each time: with two such
-threads busy, the loop waited for the GIL most of a step and the batch's own wait was a quarter
-of it. So on TensorFlow, for such inputs, the loop thread's time *asleep* outside the graph calls
-and the user's callbacks (wall less its on-CPU and run-queue time, from its
-``/proc/thread-self/schedstat``) is data wait too (``KerasSteps.asleep``): outside the graph the
-loop does not block on anything else (callbacks are asynchronous, and the user's synchronous
-ones are subtracted). Asleep *inside* a graph call, it waits for TensorFlow's threads (compute).
+Loading that runs Python on a thread pool of the training process (a PyDataset or Sequence with
+``workers > 1`` and no ``use_multiprocessing``) holds the GIL while it runs, and the loop's own
+Python between graph calls must take it back each time: with two such threads busy, the loop
+waited for the GIL most of a step and the batch's own wait was a quarter of it. So on
+TensorFlow, for such inputs, the loop thread's time *asleep* outside the graph calls and the
+user's callbacks (wall less its CPU time and run-queue wait, ``gil_clocks``) is data wait too,
+up to the loading threads' busy time in the step: outside the graph the loop blocks on nothing
+but the GIL (callbacks are asynchronous, the user's synchronous ones are subtracted), and only
+a thread that is loading holds it for the loading. The cap matters on a loaded host: there any
+GIL holder may lose its core while holding it, and an idle pool's threads hold none. Asleep
+*inside* a graph call, the loop waits for TensorFlow's threads (compute) or, as the call
+returns, for the GIL; the two cannot be told apart, so that stays compute.
 
 Standard library only: this runs inside the user's interpreter.
 """
@@ -152,12 +155,13 @@ class KerasSteps:
         self.graph_s = 0.0
         self.graph_calls = 0
         self.train_calls: TrainCalls | None = None
-        # The loop thread's clock of time asleep (see the module doc), set while the input runs
-        # Python on threads of this process; the open step's start and its graph calls' share.
+        # The loop thread's clock of time asleep and the loading threads' busy clock (see the
+        # module doc), set while loading runs Python on a thread pool of this process; their
+        # readings at the open step's start, and the share of its graph calls asleep.
         self.asleep: Callable[[], float] | None = None
+        self.loader_busy: Callable[[], float] | None = None
+        self.sleep0 = self.busy0 = self.graph_sleep = 0.0
         self.mark_log: MarkLog | None = None  # where the tf.data marks note their batches
-        self.sleep0 = 0.0
-        self.graph_sleep = 0.0
 
     # -- producers -------------------------------------------------------------------------------
     def pull_begin(self, t: float) -> None:
@@ -293,6 +297,7 @@ class KerasSteps:
         self.graph_calls = 0
         self.graph_sleep = 0.0
         self.sleep0 = self.asleep() if self.asleep is not None else 0.0
+        self.busy0 = self.loader_busy() if self.loader_busy is not None else 0.0
 
     def _close(self, t: float) -> None:
         if self.t_begin is None or self.phase is None:
@@ -311,9 +316,11 @@ class KerasSteps:
                 and self.phase.phase == "train" and self.phase.steps >= self.phase.warm:
             # TensorFlow fetches the batch inside the graph: its wait is part of the graph time
             self.train_calls.add(max(t - self.t_start, 0.0), self.graph_s, wait, self.per_step)
-        if self.asleep is not None:  # waiting for the GIL the loading threads hold
+        if self.asleep is not None and self.loader_busy is not None:
+            # waiting for the GIL the loading threads hold, while they were loading
             slept = self.asleep() - self.sleep0 - self.graph_sleep - self.callback_s
-            wait = min(wait + max(slept, 0.0), max(t - self.t_start, 0.0))
+            busy = self.loader_busy() - self.busy0
+            wait = min(wait + max(min(slept, busy), 0.0), max(t - self.t_start, 0.0))
         self.rec.begin_step(self.phase, self.t_start, self.t_start + wait, images)
         if self.rec.step is not None:
             self.rec.step.other_s = min(self.callback_s, max(t - self.t_start - wait, 0.0))
@@ -378,17 +385,23 @@ def time_graph_calls(steps: KerasSteps) -> None:
     steps.train_calls = TrainCalls()
 
 
-def thread_asleep(clock: Callable[[], float]) -> Callable[[], float]:
-    """A clock of the calling thread's time asleep: ``clock()`` less its CPU time and its
-    run-queue wait (``thread_sched``). Only differences mean
-    anything; each thread reads its own."""
+def gil_clocks(clock: Callable[[], float]) -> tuple[Callable[[], float], Callable[[], float]]:
+    """``(asleep, loader_busy)``: the calling thread's time asleep (``clock()`` less its CPU
+    time and run-queue wait, ``thread_sched``; each thread reads its own) and the loading
+    threads' busy seconds (``threads_busy_now``). Only differences mean anything."""
     if TYPE_CHECKING:
-        from stepscope.observe.inject.stepscope_watch_stages import thread_sched
+        from stepscope.observe.inject.stepscope_watch_stages import (
+            thread_sched,
+            threads_busy_now,
+        )
     else:
         try:  # in the watched interpreter a top-level module (see sitecustomize)
-            from stepscope_watch_stages import thread_sched
+            from stepscope_watch_stages import thread_sched, threads_busy_now
         except ImportError:  # in-process, for stepscope.keras.Callback
-            from stepscope.observe.inject.stepscope_watch_stages import thread_sched
+            from stepscope.observe.inject.stepscope_watch_stages import (
+                thread_sched,
+                threads_busy_now,
+            )
 
     def asleep() -> float:
         # (thread_sched's CPU is the thread's CPU clock: schedstat's own on-CPU figure lags by
@@ -396,7 +409,7 @@ def thread_asleep(clock: Callable[[], float]) -> Callable[[], float]:
         cpu, rq = thread_sched()
         return clock() - cpu - rq
 
-    return asleep
+    return asleep, threads_busy_now
 
 
 class TimedIterable:

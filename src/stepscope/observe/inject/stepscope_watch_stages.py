@@ -262,10 +262,22 @@ class BatchTimer:
 _BUSY, _CPU, _RUNQ, _BATCHES, _ITEMS, _ITEM_S = range(6)
 # thread id -> (name, counters): written only by that thread, read by the phase boundaries.
 _threads: dict[int, tuple[str, list[float]]] = {}
+_open: dict[int, float] = {}  # thread id -> when its batch in progress began (0.0: idle)
 
 
 def _forget_threads() -> None:
     _threads.clear()  # a forked pool process's threads are not its parent's loaders
+    _open.clear()
+
+
+def threads_busy_now() -> float:
+    """The loading threads' busy seconds so far, each batch in progress counted up to now."""
+    now = time.perf_counter()
+    total = 0.0
+    for tid, (_, row) in list(_threads.items()):
+        t0 = _open.get(tid, 0.0)
+        total += row[_BUSY] + (now - t0 if t0 else 0.0)
+    return total
 
 
 os.register_at_fork(after_in_child=_forget_threads)
@@ -281,13 +293,14 @@ class ThreadTimer:
     the GIL is neither on a CPU nor runnable). Each thread writes only its own row: no lock.
     """
 
-    __slots__ = ("_b", "_cpu0", "_row", "_rq0", "_t0", "items")
+    __slots__ = ("_b", "_cpu0", "_row", "_rq0", "_t0", "_tid", "items")
 
     def __init__(self, items: int) -> None:
         self.items = items
         self._b: _Board | None = None
         self._row: list[float] | None = None
         self._t0 = self._cpu0 = self._rq0 = 0.0
+        self._tid = 0
 
     def __enter__(self) -> ThreadTimer:
         if _folder is None:
@@ -301,13 +314,15 @@ class ThreadTimer:
         if b is not None:
             b.push()  # hooked stages inside (a decode) are subtracted from ``item``
         self._cpu0, self._rq0 = thread_sched()
-        self._t0 = time.perf_counter()
+        self._t0 = _open[tid] = time.perf_counter()
+        self._tid = tid
         return self
 
     def __exit__(self, *exc: object) -> None:
         row = self._row
         if row is None:
             return
+        _open[self._tid] = 0.0  # before the busy time lands: a reader may miss it, not count it twice
         dt = time.perf_counter() - self._t0
         cpu, rq = thread_sched()
         children = self._b.local.stack.pop() if self._b is not None else 0.0
