@@ -219,6 +219,19 @@ def thread_sched() -> tuple[float, float]:
         return cpu, 0.0
 
 
+def _clocks() -> tuple[float, float, float]:
+    """(wall, CPU, run-queue wait) of the calling thread now: one batch's bracket opens here."""
+    cpu, rq = thread_sched()
+    return time.perf_counter(), cpu, rq
+
+
+def _since(t0: float, cpu0: float, rq0: float) -> tuple[float, float, float]:
+    """(wall, CPU, run-queue wait) since the bracket ``_clocks`` opened."""
+    t = time.perf_counter()
+    cpu, rq = thread_sched()
+    return t - t0, max(0.0, cpu - cpu0), max(0.0, rq - rq0)
+
+
 class BatchTimer:
     """Times one DataLoader fetch (items + collate) with the thread's scheduler split."""
 
@@ -232,17 +245,15 @@ class BatchTimer:
     def __enter__(self) -> BatchTimer:
         self._b = b = board()
         if b is not None:
-            self._cpu0, self._rq0 = thread_sched()
             b.push()
-            self._t0 = time.perf_counter()
+            self._t0, self._cpu0, self._rq0 = _clocks()
         return self
 
     def __exit__(self, *exc: object) -> None:
         b = self._b
         if b is None:
             return
-        dt = time.perf_counter() - self._t0
-        cpu, rq = thread_sched()
+        dt, cpu, rq = _since(self._t0, self._cpu0, self._rq0)
         children = b.local.stack.pop()
         v = b.v
         # What the dataset's own code did outside any hooked stage counts as ``item``.
@@ -251,8 +262,8 @@ class BatchTimer:
         v[BATCHES] += 1.0
         v[ITEMS] += float(self.items)
         v[FETCH_S] += dt
-        v[FETCH_CPU_S] += max(0.0, cpu - self._cpu0)
-        v[FETCH_RUNQ_S] += max(0.0, rq - self._rq0)
+        v[FETCH_CPU_S] += cpu
+        v[FETCH_RUNQ_S] += rq
         v[T_UPDATE] = time.time()
 
 
@@ -313,8 +324,8 @@ class ThreadTimer:
         self._b = b = board()
         if b is not None:
             b.push()  # hooked stages inside (a decode) are subtracted from ``item``
-        self._cpu0, self._rq0 = thread_sched()
-        self._t0 = _open[tid] = time.perf_counter()
+        self._t0, self._cpu0, self._rq0 = _clocks()
+        _open[tid] = self._t0
         self._tid = tid
         return self
 
@@ -323,12 +334,11 @@ class ThreadTimer:
         if row is None:
             return
         _open[self._tid] = 0.0  # before the busy time lands: a reader may miss it, not count it twice
-        dt = time.perf_counter() - self._t0
-        cpu, rq = thread_sched()
+        dt, cpu, rq = _since(self._t0, self._cpu0, self._rq0)
         children = self._b.local.stack.pop() if self._b is not None else 0.0
         row[_BUSY] += dt
-        row[_CPU] += max(0.0, cpu - self._cpu0)
-        row[_RUNQ] += max(0.0, rq - self._rq0)
+        row[_CPU] += cpu
+        row[_RUNQ] += rq
         row[_BATCHES] += 1.0
         row[_ITEMS] += float(self.items)
         row[_ITEM_S] += max(0.0, dt - children)
