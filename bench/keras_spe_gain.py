@@ -31,17 +31,22 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "watch_scripts" / "keras_known.py"
 
 
-def _watch(out: Path, steps: int, callback_ms: float, spe: int) -> dict:
+def watch_known(out: Path, *args: str) -> dict:
+    """``stepscope watch --out OUT -- python keras_known.py ARGS``; its summary."""
     cmd = [sys.executable, "-m", "stepscope", "watch", "--out", str(out), "--",
-           sys.executable, str(SCRIPT), "tensorflow", "pydataset", "0", "dense",
-           "--steps", str(steps), "--epochs", "3", "--callback-ms", str(callback_ms),
-           "--spe", str(spe)]
+           sys.executable, str(SCRIPT), *args]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900,
                    env=dict(os.environ))
     return json.loads((out / "summary.json").read_text())
 
 
-def _rate(summary: dict) -> float:
+def _watch(out: Path, steps: int, callback_ms: float, spe: int) -> dict:
+    return watch_known(out, "tensorflow", "pydataset", "0", "dense", "--steps", str(steps),
+                       "--epochs", "3", "--callback-ms", str(callback_ms), "--spe", str(spe))
+
+
+def train_rate(summary: dict) -> float:
+    """Training images a second over the epochs after the first (which traces)."""
     train = [p for p in summary["phases"] if p["phase"] == "train" and p["epoch"] >= 2]
     return sum(p["images"] for p in train) / sum(p["seconds"] for p in train)
 
@@ -62,12 +67,12 @@ def main() -> None:
             n = int(re.search(r"steps_per_execution=(\d+)", f["fix"]).group(1))  # type: ignore[union-attr]
             gain = float(re.search(r"~([\d.]+)×", f["expected_gain"]).group(1))  # type: ignore[union-attr]
             fast = _watch(Path(tmp) / f"spe{i}", 4 * args.steps, args.callback_ms, n)
-            ratio = _rate(fast) / _rate(base)
+            ratio = train_rate(fast) / train_rate(base)
             predicted.append(gain)
             achieved.append(ratio)
-            print(f"pair {i + 1}: baseline {_rate(base):.0f} img/s (callbacks "
+            print(f"pair {i + 1}: baseline {train_rate(base):.0f} img/s (callbacks "
                   f"{base['by_phase']['train']['other_frac']:.0%} of a step), "
-                  f"steps_per_execution={n}: {_rate(fast):.0f} img/s; predicted "
+                  f"steps_per_execution={n}: {train_rate(fast):.0f} img/s; predicted "
                   f"{f['expected_gain']!r}, achieved {ratio:.2f}×", flush=True)
     print(json.dumps({"bench": "keras_spe_gain", "steps_per_execution": n,
                       "predicted_x": statistics.median(predicted),

@@ -22,28 +22,18 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "watch_scripts" / "keras_known.py"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from keras_spe_gain import train_rate, watch_known
 
 
 def _watch(out: Path, steps: int, load_ms: float, processes: bool) -> dict:
-    cmd = [sys.executable, "-m", "stepscope", "watch", "--out", str(out), "--",
-           sys.executable, str(SCRIPT), "tensorflow", "pydataset", str(load_ms), "dense",
-           "--workers", "2", "--cpu-clock", "--steps", str(steps), "--epochs", "3"]
-    if processes:
-        cmd.append("--mp")
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900,
-                   env=dict(os.environ))
-    return json.loads((out / "summary.json").read_text())
-
-
-def _rate(summary: dict) -> float:
-    train = [p for p in summary["phases"] if p["phase"] == "train" and p["epoch"] >= 2]
-    return sum(p["images"] for p in train) / sum(p["seconds"] for p in train)
+    return watch_known(out, "tensorflow", "pydataset", str(load_ms), "dense", "--workers", "2",
+                       "--cpu-clock", "--steps", str(steps), "--epochs", "3",
+                       *(["--mp"] if processes else []))
 
 
 def main() -> None:
@@ -66,11 +56,11 @@ def main() -> None:
                 continue
             gain = float(re.search(r"predicted ([\d.]+)×", f["expected_gain"]).group(1))  # type: ignore[union-attr]
             procs = _watch(Path(tmp) / f"processes{i}", args.steps, args.load_ms, True)
-            ratio = _rate(procs) / _rate(base)
+            ratio = train_rate(procs) / train_rate(base)
             predicted.append(gain)
             achieved.append(ratio)
-            print(f"pair {i + 1}: threads {_rate(base):.0f} img/s, processes "
-                  f"{_rate(procs):.0f} img/s; predicted {gain:.2f}×, achieved {ratio:.2f}× "
+            print(f"pair {i + 1}: threads {train_rate(base):.0f} img/s, processes "
+                  f"{train_rate(procs):.0f} img/s; predicted {gain:.2f}×, achieved {ratio:.2f}× "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     if not achieved:
         sys.exit("no pair was advised use_multiprocessing=True")
