@@ -288,7 +288,15 @@ class KerasSteps:
         if threading.get_ident() == self.main_thread_id:
             self.callback_s += dt
 
-    def _reset(self) -> None:
+    def _gil_now(self) -> tuple[float, float]:
+        """(the loop thread's asleep clock, the loading threads' busy clock) now; zeros when
+        not watched (see ``gil_clocks``)."""
+        if self.asleep is None or self.loader_busy is None:
+            return 0.0, 0.0
+        return self.asleep(), self.loader_busy()
+
+    def _reset(self, gil: tuple[float, float] | None = None) -> None:
+        """A new step window opens; ``gil``: the clocks as the last one closed (read if None)."""
         self.blocked_s = 0.0
         self.callback_s = 0.0
         self.pulled_images = 0
@@ -296,8 +304,7 @@ class KerasSteps:
         self.graph_s = 0.0
         self.graph_calls = 0
         self.graph_sleep = 0.0
-        self.sleep0 = self.asleep() if self.asleep is not None else 0.0
-        self.busy0 = self.loader_busy() if self.loader_busy is not None else 0.0
+        self.sleep0, self.busy0 = self._gil_now() if gil is None else gil
 
     def _close(self, t: float) -> None:
         if self.t_begin is None or self.phase is None:
@@ -316,17 +323,18 @@ class KerasSteps:
                 and self.phase.phase == "train" and self.phase.steps >= self.phase.warm:
             # TensorFlow fetches the batch inside the graph: its wait is part of the graph time
             self.train_calls.add(max(t - self.t_start, 0.0), self.graph_s, wait, self.per_step)
+        gil = self._gil_now()
         if self.asleep is not None and self.loader_busy is not None:
             # waiting for the GIL the loading threads hold, while they were loading
-            slept = self.asleep() - self.sleep0 - self.graph_sleep - self.callback_s
-            busy = self.loader_busy() - self.busy0
+            slept = gil[0] - self.sleep0 - self.graph_sleep - self.callback_s
+            busy = gil[1] - self.busy0
             wait = min(wait + max(min(slept, busy), 0.0), max(t - self.t_start, 0.0))
         self.rec.begin_step(self.phase, self.t_start, self.t_start + wait, images)
         if self.rec.step is not None:
             self.rec.step.other_s = min(self.callback_s, max(t - self.t_start - wait, 0.0))
         self.rec.end_step(t)
         self.t_begin = None
-        self._reset()
+        self._reset(gil)
 
     def read_marks(self) -> None:
         """Take in the notes the marks wrote since the last read (see :class:`MarkLog`)."""
