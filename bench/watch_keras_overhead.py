@@ -1,18 +1,21 @@
 """What does ``stepscope watch`` cost a Keras/TensorFlow script? Throughput watched / bare.
 
 Runs one small Keras 3 script on the TensorFlow backend (a small CNN on 32x32 images fed by a
-``keras.utils.PyDataset``, Adam, a validation pass per epoch) bare and under
+``keras.utils.PyDataset``, or with ``--input tfdata`` by a ``tf.data`` pipeline over in-memory
+arrays; Adam, a validation pass per epoch) bare and under
 :func:`stepscope.observe.watch.watch`, alternating so machine noise hits both alike. The script
 times its own epochs with an epoch-level callback (no batch hooks, the same in both runs) and
 reports its best training epoch after the first (which traces the train function), so process
 start-up, imports and tracing are not counted: only what watching adds while training runs —
-the watch callback, the mark at the end of the tf.data pipeline, the parent's samplers.
-It also reports the training process's CPU time per image, watched / bare. On a shared 2-core
-machine one pair swings by ±20 %, far more than watching costs: ``watch_keras_step_cost.py``
-measures that cost directly.
+the watch callback, the clock on the PyDataset's generator (or the mark at the end of the
+tf.data pipeline), the timed graph calls, the parent's samplers. It also reports the training
+process's CPU time per image, watched / bare. On a quiet machine the pairs agree within a few
+per cent; on a loaded one a pair swings by ±20 %, and ``watch_keras_step_cost.py`` measures the
+cost directly.
 
 Usage:
     .venv/bin/python bench/watch_keras_overhead.py [--runs 5] [--steps 150] [--interval 1.0]
+        [--input pydataset|tfdata]
 
 The last line is the headline figure as one JSON object (median of the per-pair ratios).
 """
@@ -37,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras
 import numpy as np
 
-out, steps = sys.argv[1], int(sys.argv[2])
+out, steps, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rng = np.random.default_rng(0)
 x_all = rng.normal(size=(steps * 32, 32, 32, 3)).astype("float32")
 y_all = rng.integers(0, 10, size=(steps * 32,))
@@ -72,6 +75,14 @@ class EpochClock(keras.callbacks.Callback):
             self.t0 = None
 
 
+def batches(n):
+    if kind == "pydataset":
+        return Batches(n)
+    import tensorflow as tf  # the tf.data guide's pipeline over in-memory arrays
+    return tf.data.Dataset.from_tensor_slices((x_all[:n], y_all[:n])).batch(32).prefetch(
+        tf.data.AUTOTUNE)
+
+
 model = keras.Sequential([
     keras.Input(shape=(32, 32, 3)),
     keras.layers.Conv2D(16, 3, padding="same", activation="relu"), keras.layers.MaxPooling2D(),
@@ -79,7 +90,7 @@ model = keras.Sequential([
     keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, activation="softmax")])
 model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
 clock = EpochClock()
-model.fit(Batches(steps * 32), validation_data=Batches(256), epochs=4, verbose=0,
+model.fit(batches(steps * 32), validation_data=batches(256), epochs=4, verbose=0,
           callbacks=[clock])
 with open(out, "w") as f:
     # The best epoch after the first: other load on a shared machine only ever slows an epoch
@@ -88,10 +99,10 @@ with open(out, "w") as f:
 '''
 
 
-def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float
-         ) -> dict[str, float]:
+def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float,
+         kind: str = "pydataset") -> dict[str, float]:
     out = work / f"result-{index}-{int(watched)}.json"
-    cmd = [sys.executable, str(script), str(out), str(steps)]
+    cmd = [sys.executable, str(script), str(out), str(steps), kind]
     if watched:
         result = watch(cmd, work / f"run-{index}", interval_s=interval_s)
         if result.exit_code != 0:
@@ -108,6 +119,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs of each kind (>= 3)")
     parser.add_argument("--steps", type=int, default=150, help="training steps per epoch")
     parser.add_argument("--interval", type=float, default=1.0, help="sampling period (s)")
+    parser.add_argument("--input", choices=("pydataset", "tfdata"), default="pydataset",
+                        help="the input: a PyDataset (a Python generator inside tf.data) or a "
+                             "tf.data pipeline over in-memory arrays")
     args = parser.parse_args()
     ratios: list[float] = []
     cpu_ratios: list[float] = []
@@ -120,7 +134,8 @@ def main() -> None:
             # Alternate which goes first so a drift in machine load favours neither.
             order = (False, True) if i % 2 == 0 else (True, False)
             loads.append(os.getloadavg()[0])
-            rates = {w: _run(script, work, i, w, args.steps, args.interval) for w in order}
+            rates = {w: _run(script, work, i, w, args.steps, args.interval, args.input)
+                     for w in order}
             loads.append(os.getloadavg()[0])
             bare, watched = rates[False], rates[True]
             ratios.append(watched["images_per_s"] / bare["images_per_s"])
@@ -134,7 +149,7 @@ def main() -> None:
           f"(min {min(ratios):.4f}, max {max(ratios):.4f}) over {len(ratios)} pairs; "
           f"training-process CPU per image watched/bare: median "
           f"{statistics.median(cpu_ratios):.4f}; load average {min(loads):.1f}-{max(loads):.1f}")
-    print(json.dumps({"figure": "watch_keras_overhead_ratio",
+    print(json.dumps({"figure": "watch_keras_overhead_ratio", "input": args.input,
                       "value": round(statistics.median(ratios), 4),
                       "min": round(min(ratios), 4), "max": round(max(ratios), 4),
                       "runs": len(ratios),

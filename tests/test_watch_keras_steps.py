@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,3 +262,86 @@ def test_mark_log_reads_whole_lines_across_rotation(monkeypatch: pytest.MonkeyPa
     finally:
         log.close()
     assert not os.path.exists(log.path)
+
+
+def test_a_request_noted_late_counts_from_the_graph_calls_start() -> None:
+    """Without a prefetch, a generator's batch is asked for inside the train function; its
+    ``py_func`` may first wait for the GIL behind loading threads, so its own clock notes the
+    request late. The wait counts from the graph call's start, except in a phase's first step,
+    where the call first builds its graph and asks only after."""
+    steps, clock, fd, rec = _setup()
+    steps.phase_begin("train", lambda a, b: 8, 1)
+    steps.use(7, 1)
+    # (begin, graph call start, request noted, ready, graph call end) of steps 0 and 1
+    for begin, t0, asked, ready, t1 in ((100.0, 100.01, 100.5, 100.6, 100.61),
+                                        (100.62, 100.63, 100.68, 100.82, 100.83)):
+        clock.t = begin
+        steps.batch_begin(0 if begin == 100.0 else 1)
+        clock.t = ready
+        steps.batch_ready(7, 8, asked)
+        clock.t = t1
+        steps.graph_ran(t0, t1)
+    clock.t = 100.84
+    steps.batch_begin(2)
+    steps.phase_end()
+    waits = [w for _, w, _ in _steps(rec, fd)[:2]]
+    # step 0: from its own request (building the graph, 0.49 s, is no wait); step 1: from the
+    # graph call's start (the request held up 0.05 s behind the GIL is)
+    assert waits == [pytest.approx(0.1), pytest.approx(0.19)]
+
+
+TIMED_GENERATOR_SCRIPT = r'''
+import os, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np
+import tensorflow as tf
+from stepscope.observe.inject.stepscope_watch_keras_marks import time_generators, timed_generator
+
+class Steps:
+    clock = staticmethod(time.monotonic)
+    mark_log = None
+    count_images = staticmethod(lambda batch: len(batch[0]))
+    def __init__(self):
+        self.notes = []
+    def batch_ready(self, token, images, requested, ready=None):
+        self.notes.append((token, images, requested, ready))
+
+closed = []
+def gen():
+    try:
+        for _ in range(5):
+            time.sleep(0.02)  # loading
+            yield np.zeros((4, 2), "float32"), np.zeros(4, "int64")
+    finally:
+        closed.append(True)
+
+time_generators(tf)
+spec = (tf.TensorSpec((None, 2), tf.float32), tf.TensorSpec((None,), tf.int64))
+source = tf.data.Dataset.from_generator(gen, output_signature=spec)
+ds = source.prefetch(2).with_options(tf.data.Options())
+timed = timed_generator(ds)
+assert timed is not None
+assert timed_generator(source.map(lambda x, y: (x, y)).prefetch(2)) is None  # map: mark it
+assert timed_generator(tf.data.Dataset.range(3).prefetch(1)) is None
+steps = Steps()
+timed.attach(steps, 7)
+assert sum(1 for _ in ds) == 5
+assert [n[:2] for n in steps.notes] == [(7, 4)] * 5, steps.notes
+assert all(ready - requested >= 0.015 for _, _, requested, ready in steps.notes), steps.notes
+assert closed == [True]
+print("TIMED OK")
+'''
+
+
+def test_a_python_generator_is_timed_where_it_yields() -> None:
+    """``from_generator`` pipelines (Keras's PyDataset and generator adapters) are timed in
+    Python, on real TensorFlow in its own process: every batch noted once under the loop's
+    token, its loading inside the span, the user's generator closed with tf.data's."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", TIMED_GENERATOR_SCRIPT], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              p for p in (str(Path(__file__).parents[1] / "src"),
+                                          os.environ.get("PYTHONPATH")) if p)})
+    assert done.returncode == 0 and "TIMED OK" in done.stdout, done.stderr[-3000:]

@@ -6,13 +6,14 @@ batch-begin callback to the next (the first from the phase start, the last to th
 and its data wait is measured at the producer, per backend:
 
 - TensorFlow (Keras 3 and tf-keras): the batch is fetched by ``iterator.get_next()`` inside the
-  compiled train function, so callbacks never see the wait. stepscope appends one step to the
-  end of the input ``tf.data`` pipeline (inside its last ``prefetch``: ``mark_dataset``) that
-  notes when each batch left the pipeline and how
-  many images it holds (``mark_dataset``), and when it was asked for. The loop asks at its
-  batch-begin callback or later (a traced function's first request comes after tracing), so it
-  was blocked for ``max(0, ready - max(begin, request))``: zero when a prefetch buffer already
-  held the batch, the production time when nothing did.
+  compiled train function, so callbacks never see the wait. Each batch is noted where the
+  input pipeline produces it, with when it was asked for and how many images it holds: a
+  Python generator's where it yields (``TimedGenerator``), any other ``tf.data`` pipeline's by
+  a step appended to its end (inside its last ``prefetch``: ``mark_dataset``). The loop asks at
+  its batch-begin callback or later (a traced function's first request comes after tracing),
+  and at the latest when its graph call starts, so it was blocked for
+  ``max(0, ready - max(begin, request))``: zero when a prefetch buffer already held the batch,
+  the production time when nothing did.
 - JAX and torch: the trainer pulls the batch with ``next()`` in Python on the main thread (JAX
   inside the train function, torch just before the batch-begin callback). stepscope times that
   ``next()`` (``TimedIterable``): the main thread was blocked exactly that long.
@@ -154,6 +155,9 @@ class KerasSteps:
         # step's graph seconds and calls, and the run's steady training steps.
         self.graph_s = 0.0
         self.graph_calls = 0
+        # When the open step's last graph call began: the train function's, which asks for the
+        # batch (tracing it may run other functions' graphs first).
+        self.graph_t0: float | None = None
         self.train_calls: TrainCalls | None = None
         # The loop thread's clock of time asleep and the loading threads' busy clock (see the
         # module doc), set while loading runs Python on a thread pool of this process; their
@@ -261,6 +265,7 @@ class KerasSteps:
         ``slept`` of it (any thread: only the loop's own calls, inside a step window, count)."""
         if self.t_begin is None or threading.get_ident() != self.main_thread_id:
             return
+        self.graph_t0 = t0
         self.graph_calls += 1
         self.graph_s += t1 - t0
         self.graph_sleep += slept
@@ -303,6 +308,7 @@ class KerasSteps:
         self.pulled = 0
         self.graph_s = 0.0
         self.graph_calls = 0
+        self.graph_t0 = None
         self.graph_sleep = 0.0
         self.sleep0, self.busy0 = self._gil_now() if gil is None else gil
 
@@ -314,6 +320,13 @@ class KerasSteps:
         marked = self._pop_ready()
         if marked is not None:
             last_ready, marked_images, requested = marked
+            if self.graph_t0 is not None and self.phase.steps > 0:
+                # The train function asks for its batch inside its graph call. A request noted
+                # later than the call's start was held up on the way, e.g. a generator's
+                # ``py_func`` waiting for the GIL behind loading threads: that is data wait.
+                # Not in a phase's first step: a function's first call optimises and builds its
+                # graph (seconds for a large model) before it asks.
+                requested = min(requested, self.graph_t0)
             wait += max(0.0, min(last_ready, t) - max(self.t_begin, requested))
             images = marked_images
         if images is None:
