@@ -38,6 +38,10 @@ from stepscope.train.distributed import (
 from stepscope.train.setup import usable_cores
 from tests.conftest import data_flags
 
+# Its ranks are timed against each other on shared cores: make test runs it after the nice-10
+# lane (scripts/run-tests).
+pytestmark = pytest.mark.alone
+
 REPO = Path(__file__).resolve().parents[1]
 # Small and quick on two shared cores: a tiny timm test network, untrained, 3 epochs of 8 steps.
 RUN_FLAGS = ["--weights", "none", "--model", "test_efficientnet", "--batch-size", "4",

@@ -65,8 +65,11 @@ class TimedGenerator:
                 except StopIteration:
                     return
                 if steps is not None:
-                    steps.batch_ready(self.token, steps.count_images(batch), requested,
-                                      steps.clock())
+                    try:
+                        steps.batch_ready(self.token, steps.count_images(batch), requested,
+                                          steps.clock())
+                    except Exception:  # a batch we cannot count: never break the user's loop
+                        self.steps = None
                 yield batch
         finally:
             # tf.data drops the generator at the end of an iteration: close the user's with it
