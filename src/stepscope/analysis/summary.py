@@ -186,17 +186,16 @@ def aggregate_phase_kind(kind: str, phases: list[PhaseRow],
         if p["input_cause"]:
             causes[p["input_cause"]] = causes.get(p["input_cause"], 0.0) + p["seconds"]
     cause = max(causes, key=causes.__getitem__) if v.verdict == "input-bound" and causes else None
-    by_time = sorted(rows, key=lambda r: -r["seconds"])
-    # A cause measured on the loading threads themselves (GIL-bound: a fix of its own) speaks
-    # for its kind over one read from process samples (the first epoch's tracing, a busy host).
-    by_time.sort(key=lambda r: not _gil_priced(r))
-    evidence: list[str] = next((p["input_evidence"] for p in by_time
-                     if p["input_cause"] == cause), []) if cause else []
-    # The capacities and predicted fixes of the latest phase that decided the cause (else the
-    # longest): the first epoch's steps can run off a queue a loading pool filled while the
-    # train function traced (68 ms steps against 86 ms after, pricing a 1.88x rerun at 1.33x).
-    deciding = [p for p in by_time if cause and p["input_cause"] == cause]
-    rep = max(deciding, key=lambda p: (_gil_priced(p), p["epoch"])) if deciding else by_time[0]
+    # The evidence, capacities and predicted fixes of the latest phase that decided the cause:
+    # the first epoch's steps can run off a queue a loading pool filled while the train
+    # function traced (68 ms steps against 86 ms after, pricing a 1.88x rerun at 1.33x). A
+    # cause measured on the loading threads themselves (GIL-bound: a fix of its own) speaks for
+    # its kind over one read from process samples (the first epoch's tracing, a busy host).
+    # Without a cause, the longest phase.
+    deciding = [p for p in rows if cause and p["input_cause"] == cause]
+    rep = max(deciding, key=lambda p: (_gil_priced(p), p["epoch"])) if deciding \
+        else max(rows, key=lambda p: (_gil_priced(p), p["seconds"]))
+    evidence: list[str] = rep["input_evidence"] if deciding else []
     return {
         "phase": kind, "phases": len(rows), "steady_steps": split.steps, "images": images,
         "seconds": seconds, "images_per_s": images / seconds if seconds > 0 else None,
