@@ -7,10 +7,10 @@ its own, bare and instrumented alternately in one process, so the difference is 
    (which closes the last step and sends its record down a pipe, here to ``/dev/null``), the
    epoch iterator's ``use`` and the graph timer's bookkeeping (``KerasSteps``), with the clocks
    a PyDataset on worker threads adds (the loop thread's sleep, the threads' busy time);
-2. the mark at the end of the input pipeline, per batch: a ``zip`` with a clock and a ``map``
-   with one ``tf.print`` line to a file (``mark_dataset``), and reading the lines back, CPU
-   of every thread while a prefetched
-   ``tf.data`` pipeline of 32-row batches is drained;
+2. the fetch clock, per step: the ops traced around ``get_next`` in the train function
+   (``GraphClock``) and the loop's read of them (``take``), CPU of every thread while a
+   ``tf.function`` fetches 32-row batches from a prefetched ``tf.data`` pipeline, traced bare
+   and traced clocked;
 3. the timed ``Context.call_function``, per train-function call: a small ``tf.function``
    called bare and through the wrapper (``time_graph_calls``);
 4. the watching parent (samplers at 1 Hz, the store writer), CPU per second of a watched
@@ -19,9 +19,9 @@ its own, bare and instrumented alternately in one process, so the difference is 
 The training process pays 1–3 per step; 4 runs beside it, and is counted here as if it took
 its CPU from the training (the worst case, when the job has every core). A throughput
 comparison of whole runs (``bench/watch_keras_overhead.py``) swings ±20 % per pair on this
-shared machine, far more than these costs, so they are measured directly. The mark runs no
-Python (its note is a TensorFlow print op), so it takes no interpreter lock from the training
-thread; the lines are read back on the loop's thread, which part 2 counts.
+shared machine, far more than these costs, so they are measured directly. This is a floor:
+it cannot show what extra work does to the scheduling of the graph's own threads on a
+machine whose cores they fill (the mark the clock replaced cost 29 us here, ~5 % whole-run).
 
 Usage:
     .venv/bin/python bench/watch_keras_step_cost.py [--rounds 5] [--step-ms 28]
@@ -79,7 +79,7 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
     import keras
     import numpy as np
     import stepscope_watch_keras as hooks
-    import stepscope_watch_keras_marks as kmarks
+    import stepscope_watch_keras_clock as kclock
     import stepscope_watch_keras_steps as ksteps
     import tensorflow as tf
     from stepscope_watch_recorder import Channel, Recorder, count_images
@@ -92,7 +92,6 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
     steps.asleep, steps.loader_busy = ksteps.gil_clocks(steps.clock)
     cb = hooks.callback_class(keras.callbacks.Callback, rec, steps)(
         "fit", lambda a, b: 32, lambda a, b: 0, None, None)
-    token = 1
     cb.on_epoch_begin(0)
 
     # 1. the loop thread's hooks, per step
@@ -102,10 +101,9 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
         clock = steps.clock
         for i in range(n_steps):
             cb.on_train_batch_begin(i)
-            steps.use(token, 1)
+            steps.use(1)
             t0 = clock()
             steps.graph_ran(t0, clock())
-        steps.ready.clear()
 
     def empty_steps() -> None:
         for _ in range(n_steps):
@@ -114,25 +112,35 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
     hooks_us = _alternate(rounds, lambda: _cpu_us_per(n_steps, empty_steps),
                           lambda: _cpu_us_per(n_steps, hook_steps))
 
-    # 2. the mark, per batch (its Python note runs on tf.data's thread)
+    # 2. the fetch clock, per step: the same fetch traced before and after the clock is on
     x = np.random.default_rng(0).normal(size=(2000 * 32, 8)).astype("float32")
     y = np.zeros(2000 * 32, dtype="int64")
-    base = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).prefetch(tf.data.AUTOTUNE)
-    marked = kmarks.mark_dataset(tf, base, steps, token)
+    base = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat().prefetch(
+        tf.data.AUTOTUNE)
+    it = iter(base)
 
-    def drain(ds: Any) -> Callable[[], float]:
+    def fetch(iterator: Any) -> Any:
+        return tf.reduce_sum(next(iterator)[0])
+
+    bare_fn = tf.function(fetch)
+    bare_fn(it)  # traced bare
+    fetch_clock = kclock.GraphClock(tf, lambda dt, batch: None)
+    kclock.clock_fetches(tf, fetch_clock, steps.clock)
+    clocked_fn = tf.function(fetch)
+    clocked_fn(it)  # traced with the clock's ops
+    n_fetch = 2000
+
+    def fetches(fn: Any, read: bool) -> Callable[[], float]:
         def run() -> float:
             def go() -> None:
-                for _ in ds:
-                    pass
-                steps.read_marks()  # the loop reads each batch's note at its step's end
-                steps.ready.clear()
-            return _cpu_us_per(2000, go)
+                for _ in range(n_fetch):
+                    fn(it)
+                    if read:
+                        fetch_clock.take()  # the loop reads the ring at each step's end
+            return _cpu_us_per(n_fetch, go)
         return run
 
-    drain(base)()
-    drain(marked)()  # first iterations build the pipelines
-    mark_us = _alternate(rounds, drain(base), drain(marked))
+    clock_us = _alternate(rounds, fetches(bare_fn, False), fetches(clocked_fn, True))
 
     # 3. the timed Context.call_function, per call
     from tensorflow.python.eager import context
@@ -158,7 +166,7 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
 
     call_us = _alternate(rounds, calls(original), calls(timed))
     context.Context.call_function = original
-    return {"hooks_us": hooks_us, "mark_us": mark_us, "call_us": call_us}
+    return {"hooks_us": hooks_us, "clock_us": clock_us, "call_us": call_us}
 
 
 PARENT = '''
@@ -208,7 +216,7 @@ def main() -> None:
     step_ms = args.step_ms or _cnn_step_ms(3)
     got = measure_child(args.rounds)
     per_round = [h + m + c for h, m, c in
-                 zip(got["hooks_us"], got["mark_us"], got["call_us"], strict=True)]
+                 zip(got["hooks_us"], got["clock_us"], got["call_us"], strict=True)]
     med = {k: statistics.median(v) for k, v in got.items()}
     child_us = statistics.median(per_round)
     share = child_us / (step_ms * 1e3) + parent

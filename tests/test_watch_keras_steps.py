@@ -12,7 +12,6 @@ import pytest
 from stepscope.analysis.keras_loader import stage_fields
 from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
 from stepscope.observe.inject import stepscope_watch_recorder as recorder
-from stepscope.observe.inject.stepscope_watch_keras_marks import MarkLog, mark_dataset
 from stepscope.observe.inject.stepscope_watch_keras_steps import (
     KerasSteps,
     TimedIterable,
@@ -43,25 +42,34 @@ def _steps(rec: recorder.Recorder, read_fd: int) -> list[tuple[float, float, int
     return [(m[4], m[5], m[9]) for m in msgs if m[0] == "S"]  # wall, wait, images
 
 
-def test_tensorflow_wait_is_ready_minus_request() -> None:
+class _FetchClock:
+    """Stands in for ``GraphClock``: the fetches each ``take`` finds, as the graph wrote them."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, float, int]] = []
+
+    def take(self) -> tuple[int, float, int]:
+        return self.rows.pop(0) if self.rows else (0, 0.0, -1)
+
+
+def test_tensorflow_wait_is_the_fetch_clocked_in_the_graph() -> None:
     steps, clock, fd, rec = _setup()
-    steps.phase_begin("train", lambda a, b: 0, 1)
-    steps.use(7, 1)
-    clock.t += 0.5
-    steps.batch_begin(0)            # the step asks for batch 0 at 100.5
-    clock.t = 101.3
-    steps.batch_ready(7, 8, 101.0)  # first request after 0.5 s of tracing; ready at 101.3
-    clock.t = 101.35
-    steps.batch_ready(7, 8, 101.3)  # batch 1 prefetched: asked at 101.3, ready at 101.35
-    clock.t = 101.4
-    steps.batch_begin(1)            # batch 1 was waiting in the buffer: no wait
-    clock.t = 101.6
-    steps.phase_end()
+    fetches = _FetchClock()
+    steps.graph_clock = fetches  # type: ignore[assignment]
+    steps.phase_begin("train", lambda a, b: 4, 1)
+    steps.use(1)
+    steps.batch_begin(0)
+    clock.t += 1.4
+    fetches.rows.append((1, 0.3, 8))  # the graph blocked 0.3 s in get_next
+    steps.batch_begin(1)
+    clock.t += 0.2
+    fetches.rows.append((1, 0.0002, -1))  # an optional's fetch: size unknown, Keras's count
+    steps.batch_begin(2)
+    clock.t += 0.1
+    steps.phase_end()  # no fetch seen: no wait
     got = _steps(rec, fd)
-    # Step 0 runs from the phase start; it waited ready - max(begin, request) = 0.3 s, not the
-    # tracing. Step 1 found its batch ready.
-    assert got[0] == pytest.approx((1.4, 0.3, 8))
-    assert got[1] == pytest.approx((0.2, 0.0, 8))
+    assert got == [pytest.approx((1.4, 0.3, 8)), pytest.approx((0.2, 0.0002, 4)),
+                   pytest.approx((0.1, 0.0, 4))]
 
 
 def test_jax_pull_the_device_computed_through_is_no_wait() -> None:
@@ -111,41 +119,6 @@ def test_torch_pull_ends_the_step() -> None:
     assert got == [pytest.approx((0.7, 0.2, 4)), pytest.approx((0.7, 0.2, 4))]
 
 
-def test_new_iterator_keeps_the_open_steps_batch() -> None:
-    steps, clock, fd, rec = _setup()
-    steps.phase_begin("train", lambda a, b: 0, 1)
-    steps.use(3, 1)
-    steps.batch_begin(0)
-    clock.t += 0.1
-    steps.batch_ready(3, 8, 100.0)
-    clock.t += 0.1
-    steps.new_iterator(3)  # Keras makes the next epoch's iterator before the phase ends
-    steps.phase_end()
-    assert _steps(rec, fd)[0][2] == 8
-
-
-def test_a_batch_the_old_iterator_asked_for_is_never_paired_with_a_step() -> None:
-    """tf.data's injected prefetch lets the last epoch's iterator ask for one batch more, ready
-    after the next epoch's iterator was made: it must not shift every later step by one (each
-    step would be paired with the batch before its own, ready before the step began: no wait
-    at all, as seen with tf-keras and a Sequence on worker threads)."""
-    steps, clock, fd, rec = _setup()
-    steps.phase_begin("train", lambda a, b: 0, 1)
-    steps.use(3, 1)
-    steps.phase_end()
-    clock.t = 101.0
-    steps.new_iterator(3)           # epoch 2's iterator
-    clock.t = 101.1
-    steps.batch_ready(3, 8, 100.9)  # the old iterator's extra batch lands now
-    steps.phase_begin("train", lambda a, b: 0, 1)
-    steps.batch_begin(0)
-    clock.t = 101.4
-    steps.batch_ready(3, 8, 101.1)  # epoch 2's batch 0: 0.3 s of loading
-    clock.t = 101.5
-    steps.phase_end()
-    assert _steps(rec, fd)[-1] == pytest.approx((0.4, 0.3, 8))
-
-
 def test_image_data_generator_stage_figures() -> None:
     stages = kstages.LoaderStages()
     before = stages.snapshot()
@@ -176,14 +149,15 @@ def test_tensorflow_graph_time_is_split_from_the_step() -> None:
     taken out of the graph (TensorFlow fetches the batch inside it), written at the phase end."""
     steps, clock, fd, rec = _setup()
     steps.train_calls = TrainCalls()
+    fetches = _FetchClock()
+    steps.graph_clock = fetches  # type: ignore[assignment]
     steps.phase_begin("train", lambda a, b: 8, 1)
-    steps.use(7, 1)
+    steps.use(1)
     graphs = [0.004] * recorder.WARMUP_STEPS + [0.007, 0.008, 0.009]
     for i, graph in enumerate(graphs):
         steps.batch_begin(i)
         t0 = clock.t
-        clock.t += 0.001
-        steps.batch_ready(7, 8, t0)   # asked for at the call's start, ready 1 ms later
+        fetches.rows.append((1, 0.001, 8))  # the fetch waited 1 ms inside the graph
         clock.t = t0 + graph
         steps.graph_ran(t0, clock.t)  # the call's graph, the wait inside it
         clock.t += 0.030              # the user's callback
@@ -197,151 +171,77 @@ def test_tensorflow_graph_time_is_split_from_the_step() -> None:
     assert calls["work_median_s"] == pytest.approx(0.007)  # 8 ms of graph less 1 ms of wait
 
 
-class _Pipeline:
-    """A tf.data pipeline as the list of its stages (enough for ``mark_dataset``)."""
-
-    def __init__(self, stages: list[str]) -> None:
-        self.stages = stages
-
-    def repeat(self) -> _Pipeline:
-        return _Pipeline([*self.stages, "repeat"])
-
-    def map(self, fn: object) -> _Pipeline:
-        return _Pipeline([*self.stages, "map"])
-
-    def prefetch(self, n: int) -> _Pipeline:
-        return _Prefetch(self, n)
-
-
-class _Prefetch(_Pipeline):
-    def __init__(self, inner: _Pipeline, n: int) -> None:
-        super().__init__([*inner.stages, f"prefetch({n})"])
-        self._input_dataset, self._buffer_size = inner, n
-
-
-_Prefetch.__name__ = "_PrefetchDataset"  # the class tf.data's prefetch() returns
-
-
-def test_the_mark_adds_no_prefetch_buffer_to_the_pipeline() -> None:
-    # Appended after the user's prefetch, the mark's map would be a synchronous last stage and
-    # tf.data would inject a second prefetch buffer there: watched runs ran 5-19 % faster.
-    from types import SimpleNamespace
-
-    ds = SimpleNamespace(from_tensors=lambda x: _Pipeline(["clock"]),
-                         zip=lambda pair: _Pipeline([f"zip({'+'.join(pair[1].stages)})"]))
-    tf = SimpleNamespace(constant=lambda v, dtype: v, int64="int64", timestamp=lambda: 0.0,
-                         data=SimpleNamespace(Dataset=ds))
-    steps = _setup()[0]
-    prefetched = mark_dataset(tf, _Pipeline(["generator"]).prefetch(-1), steps, 1)
-    assert prefetched.stages == ["zip(generator)", "map", "prefetch(-1)"]
-    plain = mark_dataset(tf, _Pipeline(["generator", "map"]), steps, 1)
-    assert plain.stages == ["zip(generator+map)", "map"]  # tf.data injects its prefetch after
-
-
-def test_mark_log_reads_whole_lines_across_rotation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The marks' file: a half-written line waits for its end; past the size limit the file is
-    unlinked, and a writer that still holds it open (its line in flight) is not lost."""
-    monkeypatch.setattr(MarkLog, "ROTATE_BYTES", 64)
-    log = MarkLog(offset=0.0)
-    try:
-        with open(log.path, "a") as f:
-            f.write("7 100 200 8\n7 300 4")
-            f.flush()
-            assert log.read() == [(7, 100, 200, 8)]
-            f.write("00 8\n")
-            f.flush()
-            assert log.read() == [(7, 300, 400, 8)]
-            f.write("7 500 600 8\n" * 5)  # past 64 bytes: read, then the file is unlinked
-            f.flush()
-            assert len(log.read()) == 5 and os.path.exists(log.path)
-            f.write("7 700 800 8\n")  # an in-flight writer's line lands in the old inode
-            f.flush()
-        with open(log.path, "a") as g:  # the next line makes a new file at the path
-            g.write("3 900 950 16\n")
-        assert log.read() == [(7, 700, 800, 8), (3, 900, 950, 16)]
-    finally:
-        log.close()
-    assert not os.path.exists(log.path)
-
-
-def test_a_request_noted_late_counts_from_the_graph_calls_start() -> None:
-    """Without a prefetch, a generator's batch is asked for inside the train function; its
-    ``py_func`` may first wait for the GIL behind loading threads, so its own clock notes the
-    request late. The wait counts from the graph call's start, except in a phase's first step,
-    where the call first builds its graph and asks only after."""
-    steps, clock, fd, rec = _setup()
-    steps.phase_begin("train", lambda a, b: 8, 1)
-    steps.use(7, 1)
-    # (begin, graph call start, request noted, ready, graph call end) of steps 0 and 1
-    for begin, t0, asked, ready, t1 in ((100.0, 100.01, 100.5, 100.6, 100.61),
-                                        (100.62, 100.63, 100.68, 100.82, 100.83)):
-        clock.t = begin
-        steps.batch_begin(0 if begin == 100.0 else 1)
-        clock.t = ready
-        steps.batch_ready(7, 8, asked)
-        clock.t = t1
-        steps.graph_ran(t0, t1)
-    clock.t = 100.84
-    steps.batch_begin(2)
-    steps.phase_end()
-    waits = [w for _, w, _ in _steps(rec, fd)[:2]]
-    # step 0: from its own request (building the graph, 0.49 s, is no wait); step 1: from the
-    # graph call's start (the request held up 0.05 s behind the GIL is)
-    assert waits == [pytest.approx(0.1), pytest.approx(0.19)]
-
-
-TIMED_GENERATOR_SCRIPT = r'''
+GRAPH_CLOCK_SCRIPT = r'''
 import os, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np
 import tensorflow as tf
-from stepscope.observe.inject.stepscope_watch_keras_marks import time_generators, timed_generator
+from tensorflow.python.ops import script_ops
+from stepscope.observe.inject import stepscope_watch_keras_clock as kclock
 
-class Steps:
-    clock = staticmethod(time.monotonic)
-    mark_log = None
-    count_images = staticmethod(lambda batch: len(batch[0]))
-    def __init__(self):
-        self.notes = []
-    def batch_ready(self, token, images, requested, ready=None):
-        self.notes.append((token, images, requested, ready))
+kclock.time_py_funcs(script_ops)
+eager = []
+clock = kclock.GraphClock(tf, lambda dt, batch: eager.append((dt, len(batch))))
+kclock.clock_fetches(tf, clock, time.perf_counter)
 
-closed = []
-def gen():
-    try:
-        for _ in range(5):
-            time.sleep(0.02)  # loading
-            yield np.zeros((4, 2), "float32"), np.zeros(4, "int64")
-    finally:
-        closed.append(True)
+def load(x):
+    time.sleep(0.03)  # loading, in Python on tf.data's thread
+    return x
 
-time_generators(tf)
-spec = (tf.TensorSpec((None, 2), tf.float32), tf.TensorSpec((None,), tf.int64))
-source = tf.data.Dataset.from_generator(gen, output_signature=spec)
-ds = source.prefetch(2).with_options(tf.data.Options())
-timed = timed_generator(ds)
-assert timed is not None
-assert timed_generator(source.map(lambda x, y: (x, y)).prefetch(2)) is None  # map: mark it
-assert timed_generator(tf.data.Dataset.range(3).prefetch(1)) is None
-steps = Steps()
-timed.attach(steps, 7)
-assert sum(1 for _ in ds) == 5
-assert [n[:2] for n in steps.notes] == [(7, 4)] * 5, steps.notes
-assert all(ready - requested >= 0.015 for _, _, requested, ready in steps.notes), steps.notes
-assert closed == [True]
-print("TIMED OK")
+def pipeline():
+    ds = tf.data.Dataset.from_tensor_slices(np.zeros((64, 2), "float32")).batch(4)
+    return ds.map(lambda x: tf.numpy_function(load, [x], tf.float32))
+
+@tf.function
+def step(it):
+    return tf.reduce_sum(next(it))
+
+@tf.function
+def steps_of_two(it):  # Keras's steps_per_execution loop: optional fetches in a while loop
+    def body(i, total):
+        opt = it.get_next_as_optional()
+        return i + 1, total + tf.reduce_sum(opt.get_value())
+
+    return tf.while_loop(lambda i, _: i < 2, body, [tf.constant(0), tf.constant(0.0)])[1]
+
+assert not kclock.py_funcs_made()
+busy0 = kclock.py_busy_now()
+it = iter(pipeline())  # no prefetch: each fetch waits for its batch
+assert kclock.py_funcs_made()
+clock.make()
+for _ in range(3):
+    step(it)
+n, waited, images = clock.take()
+assert n == 3 and images == 12 and 0.08 <= waited <= 0.5, (n, waited, images)
+assert kclock.py_busy_now() - busy0 >= 0.085
+steps_of_two(it)  # traced, while tf.data's injected prefetch fills behind it
+clock.take()
+steps_of_two(iter(pipeline()))
+n, waited, images = clock.take()
+assert n == 2 and images == -1 and waited >= 0.04, (n, waited, images)
+it = iter(pipeline().prefetch(4))  # a full buffer: the fetch costs only itself
+step(it)
+time.sleep(0.3)
+clock.take()
+step(it)
+n, waited, images = clock.take()
+assert n == 1 and images == 4 and waited < 0.02, (n, waited, images)
+next(it)  # fetched eagerly, in Python
+assert len(eager) == 1 and eager[0][1] == 4, eager
+print("CLOCK OK")
 '''
 
 
-def test_a_python_generator_is_timed_where_it_yields() -> None:
-    """``from_generator`` pipelines (Keras's PyDataset and generator adapters) are timed in
-    Python, on real TensorFlow in its own process: every batch noted once under the loop's
-    token, its loading inside the span, the user's generator closed with tf.data's."""
+def test_the_fetch_is_clocked_inside_the_graph() -> None:
+    """On real TensorFlow, in its own process: a fetch that waits for a Python ``map`` is clocked
+    at that wait, a fetch from a full prefetch buffer at nearly nothing, the optional fetches of
+    a ``steps_per_execution`` loop each once, an eager fetch in Python; the Python ops' busy
+    time is counted."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", TIMED_GENERATOR_SCRIPT], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", GRAPH_CLOCK_SCRIPT], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(
                               p for p in (str(Path(__file__).parents[1] / "src"),
                                           os.environ.get("PYTHONPATH")) if p)})
-    assert done.returncode == 0 and "TIMED OK" in done.stdout, done.stderr[-3000:]
+    assert done.returncode == 0 and "CLOCK OK" in done.stdout, done.stderr[-3000:]

@@ -95,6 +95,10 @@ def _install(fd_text: str | None) -> None:
     def keras_image_hook(module: object) -> None:
         stepscope_watch_keras.install_image_stages(module, rec, recorder.count_images)
 
+    def tensorflow_hook(module: object) -> None:
+        imported("tensorflow")
+        stepscope_watch_keras.install_tensorflow_ops(module)
+
     def lightning_hook(module: object) -> None:
         stepscope_watch_lightning.install(module, rec, recorder.count_images)
         # Lightning's own import (~280 MB RSS over torch's) is framework, not model memory.
@@ -112,7 +116,7 @@ def _install(fd_text: str | None) -> None:
         "pytorch_lightning": lightning_hook,
         "accelerate.data_loader": accelerate_hook,
         "subprocess": lambda m: stepscope_watch_dist.report_child_exits(m, rec),
-        "tensorflow": lambda m: imported("tensorflow"),
+        "tensorflow": tensorflow_hook,
         "jax": lambda m: imported("jax"),
         # Loader stages inside the training process and its forked workers.
         "PIL.Image": stage_hooks.install_pil,

@@ -22,17 +22,26 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stepscope.observe.inject.stepscope_watch_keras_backends import patch_backend
+    from stepscope.observe.inject.stepscope_watch_keras_backends import (
+        install_tensorflow,
+        patch_backend,
+    )
+    from stepscope.observe.inject.stepscope_watch_keras_clock import py_funcs_made
     from stepscope.observe.inject.stepscope_watch_keras_data import describe_input, loop_sizes
     from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, gil_clocks
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 else:
     try:  # in the watched interpreter these are top-level modules (see sitecustomize)
-        from stepscope_watch_keras_backends import patch_backend
+        from stepscope_watch_keras_backends import install_tensorflow, patch_backend
+        from stepscope_watch_keras_clock import py_funcs_made
         from stepscope_watch_keras_data import describe_input, loop_sizes
         from stepscope_watch_keras_steps import KerasSteps, gil_clocks
     except ImportError:  # in-process, for stepscope.keras.Callback
-        from stepscope.observe.inject.stepscope_watch_keras_backends import patch_backend
+        from stepscope.observe.inject.stepscope_watch_keras_backends import (
+            install_tensorflow,
+            patch_backend,
+        )
+        from stepscope.observe.inject.stepscope_watch_keras_clock import py_funcs_made
         from stepscope.observe.inject.stepscope_watch_keras_data import (
             describe_input,
             loop_sizes,
@@ -95,6 +104,11 @@ def install_tf_keras(tf_keras: ModuleType, rec: Recorder,
     rec.fact("loop.keras_backend", "tensorflow", "watch: tf-keras runs on TensorFlow")
     patch_backend("tf.keras", rec, steps)
     _time_pool_workers(rec, "tf_keras.src.utils.data_utils", count_images)
+
+
+def install_tensorflow_ops(tf: ModuleType) -> None:
+    """Right after ``import tensorflow``: see ``install_tensorflow``."""
+    install_tensorflow()
 
 
 def _kstages() -> ModuleType:
@@ -170,22 +184,26 @@ def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasS
 
 
 def _watch_gil(steps: KerasSteps, train_in: dict[str, object], rec: Recorder) -> None:
-    """On TensorFlow (its graph calls timed), a PyDataset on a thread pool of this process:
-    count the loop thread's sleep outside the graph, up to the loading threads' busy time in
-    the step, as data wait (see ``stepscope_watch_keras_steps``)."""
-    workers = train_in.get("workers")
-    pool = (train_in.get("kind") in ("PyDataset", "ImageDataGenerator")
-            and isinstance(workers, int) and workers > 1 and not train_in.get("multiprocessing"))
-    if steps.train_calls is None or not pool:
+    """On TensorFlow (its graph calls timed), loading that runs Python in this process: count
+    the loop thread's sleep outside the graph, up to the loading's busy time in the step, as
+    data wait (see ``stepscope_watch_keras_steps``). That is a PyDataset, Sequence or generator
+    not on worker processes (Keras runs them through ``Dataset.from_generator``, whose Python
+    runs on tf.data's threads, and a PyDataset's ``workers`` on a thread pool), or a ``tf.data``
+    pipeline once any Python op has been made (its ``py_function``/``numpy_function`` maps)."""
+    kind = train_in.get("kind")
+    python = (kind in ("PyDataset", "ImageDataGenerator", "generator")
+              and not train_in.get("multiprocessing")) or (kind == "tf.data" and py_funcs_made())
+    if steps.train_calls is None or not python:
         steps.asleep = steps.loader_busy = None
         return
     steps.asleep, steps.loader_busy = gil_clocks(steps.clock)
     if rec.once("keras-gil-wait"):
         rec.fact("loop.keras_gil_wait", True,
-                 "watch: the loading runs Python on a thread pool of the training process, so "
+                 "watch: the loading runs Python in the training process, so "
                  "the loop thread's time asleep outside TensorFlow's graph calls and the user's "
                  "callbacks (wall less its CPU time and run-queue wait, /proc/thread-self/"
-                 "schedstat), up to the loading threads' busy time in the step, is counted as "
+                 "schedstat), up to the loading's busy time in the step (PyDataset worker "
+                 "threads, Python ops on tf.data's threads), is counted as "
                  "data wait: it waits for the GIL the loading holds")
 
 

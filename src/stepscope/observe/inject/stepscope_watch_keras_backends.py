@@ -2,9 +2,8 @@
 ``stepscope_watch_keras_steps`` for what is measured on each):
 
 - TensorFlow (Keras 3) and tf-keras: the batch is fetched inside the compiled train function,
-  so it is noted where the input pipeline produces it: a Python generator's batches where they
-  are yielded, any other ``tf.data`` pipeline's by a mark at its end
-  (``stepscope_watch_keras_marks``); the graph calls are timed apart from the step.
+  so the fetch is clocked there, in the graph (``stepscope_watch_keras_clock``), and the
+  graph calls are timed apart from the step.
 - JAX and torch: the trainer pulls each batch with ``next()`` in Python, which is timed.
 
 Standard library only: this runs inside the user's interpreter.
@@ -16,10 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stepscope.observe.inject.stepscope_watch_keras_marks import (
-        mark_dataset,
-        time_generators,
-        timed_generator,
+    from stepscope.observe.inject.stepscope_watch_keras_clock import (
+        GraphClock,
+        clock_fetches,
+        time_py_funcs,
     )
     from stepscope.observe.inject.stepscope_watch_keras_steps import (
         KerasSteps,
@@ -29,13 +28,13 @@ if TYPE_CHECKING:
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 else:
     try:  # in the watched interpreter these are top-level modules (see sitecustomize)
-        from stepscope_watch_keras_marks import mark_dataset, time_generators, timed_generator
+        from stepscope_watch_keras_clock import GraphClock, clock_fetches, time_py_funcs
         from stepscope_watch_keras_steps import KerasSteps, TimedIterable, time_graph_calls
     except ImportError:  # in-process, for stepscope.keras.Callback
-        from stepscope.observe.inject.stepscope_watch_keras_marks import (
-            mark_dataset,
-            time_generators,
-            timed_generator,
+        from stepscope.observe.inject.stepscope_watch_keras_clock import (
+            GraphClock,
+            clock_fetches,
+            time_py_funcs,
         )
         from stepscope.observe.inject.stepscope_watch_keras_steps import (
             KerasSteps,
@@ -47,9 +46,17 @@ else:
 _PATCHED: set[str] = set()
 
 
+def install_tensorflow() -> None:
+    """Right after ``import tensorflow``, before the user builds a pipeline: time the Python
+    that TensorFlow's threads will run as ops (``time_py_funcs``)."""
+    from tensorflow.python.ops import script_ops
+
+    time_py_funcs(script_ops)
+
+
 def patch_backend(backend: str | None, rec: Recorder, steps: KerasSteps) -> None:
     """Measure the data wait where ``backend`` fetches its batches (once per process). Works
-    until the first epoch starts: the pipelines are marked when their iterator is made."""
+    for a train function traced after this: on TensorFlow the clock is traced into it."""
     patch = {"tensorflow": _patch_tensorflow, "jax": _patch_jax, "torch": _patch_torch,
              "tf.keras": _patch_tf_keras}.get(str(backend))
     if patch is None or str(backend) in _PATCHED:
@@ -66,81 +73,68 @@ def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
     import tensorflow as tf
     from keras.src.backend.tensorflow import trainer
 
+    install_tensorflow()
     cls = trainer.TFEpochIterator
     nxt, get = cls.__next__, cls._get_iterator
 
     def __next__(self: Any) -> Any:
         out = nxt(self)
-        steps.use(id(self), int(self.steps_per_execution or 1))
+        steps.use(int(self.steps_per_execution or 1))
         return out
 
     def _get_iterator(self: Any) -> Any:
-        steps.new_iterator(id(self))  # before the new iterator starts prefetching
-        return _marked(tf, self, get(self), rec, steps)
+        clock.make()  # eagerly, before the train function is traced
+        it = get(self)
+        _note_unclocked(tf, it, rec)
+        return it
 
     cls.__next__, cls._get_iterator = __next__, _get_iterator
-    time_generators(tf)
+    clock = _clock(tf, steps)
     time_graph_calls(steps)
 
 
-def _marked(tf: Any, owner: Any, ds: Any, rec: Recorder, steps: KerasSteps) -> Any:
-    """``ds`` with its batches noted for ``owner``'s loop: timed where its Python generator
-    yields, or else marked (made once per pipeline and kept on ``owner``). Called as each
-    iterator is made, so a generator shared by two loops notes for the one iterating."""
-    cached = owner.__dict__.get("_stepscope_marked")
-    if cached is not None and cached[0] is ds:
-        if cached[2] is not None:
-            cached[2].attach(steps, id(owner))
-        return cached[1]
-    timed = None
-    if isinstance(ds, tf.data.Dataset):
-        timed = timed_generator(ds)
-        if timed is not None:
-            timed.attach(steps, id(owner))
-            marked = ds
-        else:
-            marked = mark_dataset(tf, ds, steps, id(owner))
-    else:
-        marked = ds
-        if rec.once("keras-distributed"):
-            rec.note("watch", "Keras input under a tf.distribute strategy: its data wait is "
-                              "not measured (recorded as 0)")
-    owner.__dict__["_stepscope_marked"] = (ds, marked, timed)
-    return marked
+def _clock(tf: Any, steps: KerasSteps) -> GraphClock:
+    """The process's fetch clock, installed on tf.data's iterators once."""
+    if steps.graph_clock is None:
+        clock = GraphClock(tf, lambda dt, batch: steps.pulled_batch(dt, batch))
+        clock_fetches(tf, clock, steps.clock)
+        steps.graph_clock = clock
+    return steps.graph_clock
+
+
+def _note_unclocked(tf: Any, source: Any, rec: Recorder) -> None:
+    """A Keras input fetched from something else than a ``tf.data`` iterator (a
+    ``tf.distribute`` strategy's distributed iterator) has no clock: say so, once."""
+    from tensorflow.python.data.ops import iterator_ops
+
+    if isinstance(source, (iterator_ops.OwnedIterator, tf.data.Dataset)):
+        return
+    if rec.once("keras-distributed"):
+        rec.note("watch", "Keras input under a tf.distribute strategy: its data wait is "
+                          "not measured (recorded as 0)")
 
 
 def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
     import tensorflow as tf
     from tf_keras.src.engine import data_adapter
 
+    install_tensorflow()
     cls = data_adapter.DataHandler
     epochs, each_step = cls.enumerate_epochs, cls.steps
 
     def enumerate_epochs(self: Any) -> Any:
-        # The handler made its dataset before fit's callbacks began: mark it before the first
-        # iterator is made from it.
-        self._dataset = _marked(tf, self, self._dataset, rec, steps)
-        previous = None
-        gen = epochs(self)
-        while True:
-            t0 = steps.clock()  # a new iterator is made after this instant, if one is
-            try:
-                epoch, iterator = next(gen)
-            except StopIteration:
-                return
-            if iterator is not previous:
-                steps.new_iterator(id(self), since=t0)
-                previous = iterator
-            yield epoch, iterator
+        clock.make()  # eagerly, before the train function is traced
+        _note_unclocked(tf, self._dataset, rec)
+        return epochs(self)
 
     def steps_(self: Any) -> Any:
         for step in each_step(self):
-            steps.use(id(self), int(self._step_increment) + 1)
+            steps.use(int(self._step_increment) + 1)
             yield step
 
     cls.enumerate_epochs = enumerate_epochs
     cls.steps = steps_
-    time_generators(tf)
+    clock = _clock(tf, steps)
     time_graph_calls(steps)
 
 

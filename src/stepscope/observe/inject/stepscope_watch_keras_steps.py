@@ -3,17 +3,14 @@
 Keras calls ``on_*_batch_begin`` on the main thread right before it runs a step, and, with
 asynchronous callbacks, ``on_*_batch_end`` later on a thread pool. So a step is timed from one
 batch-begin callback to the next (the first from the phase start, the last to the phase end),
-and its data wait is measured at the producer, per backend:
+and its data wait is measured where the loop blocks on its batch, per backend:
 
 - TensorFlow (Keras 3 and tf-keras): the batch is fetched by ``iterator.get_next()`` inside the
-  compiled train function, so callbacks never see the wait. Each batch is noted where the
-  input pipeline produces it, with when it was asked for and how many images it holds: a
-  Python generator's where it yields (``TimedGenerator``), any other ``tf.data`` pipeline's by
-  a step appended to its end (inside its last ``prefetch``: ``mark_dataset``). The loop asks at
-  its batch-begin callback or later (a traced function's first request comes after tracing),
-  and at the latest when its graph call starts, so it was blocked for
-  ``max(0, ready - max(begin, request))``: zero when a prefetch buffer already held the batch,
-  the production time when nothing did.
+  compiled train function, so callbacks never see the wait. The fetch is clocked where it
+  waits, by ops around it in the graph (``GraphClock``, ``stepscope_watch_keras_clock``),
+  whatever the pipeline is: a prefetch buffer that held the batch gives the fetch's own cost
+  (~0.2-0.5 ms a step on this 2-core host, real: the same graph with its batch held in a
+  constant ran that much faster), a pipeline that had none gives the time it took to make one.
 - JAX and torch: the trainer pulls the batch with ``next()`` in Python on the main thread (JAX
   inside the train function, torch just before the batch-begin callback). stepscope times that
   ``next()`` (``TimedIterable``): the main thread was blocked exactly that long.
@@ -34,16 +31,18 @@ the rest of the step (the callbacks, Keras's per-batch Python, the function's di
 once per call, which ``steps_per_execution`` divides (fact ``loop.keras_train_calls``: sums,
 and per call the graph's own work, less the data wait in it: median and 10th percentile).
 
-Loading that runs Python on a thread pool of the training process (a PyDataset or Sequence with
-``workers > 1`` and no ``use_multiprocessing``) holds the GIL while it runs, and the loop's own
-Python between graph calls must take it back each time: with two such threads busy, the loop
-waited for the GIL most of a step and the batch's own wait was a quarter of it. So on
-TensorFlow, for such inputs, the loop thread's time *asleep* outside the graph calls and the
-user's callbacks (wall less its CPU time and run-queue wait, ``gil_clocks``) is data wait too,
-up to the loading threads' busy time in the step: outside the graph the loop blocks on nothing
-but the GIL (callbacks are asynchronous, the user's synchronous ones are subtracted), and only
-a thread that is loading holds it for the loading. The cap matters on a loaded host: there any
-GIL holder may lose its core while holding it, and an idle pool's threads hold none. Asleep
+Loading that runs Python in the training process holds the GIL while it runs: a PyDataset's
+worker threads, and the Python TensorFlow's own threads run as ops (``Dataset.from_generator``,
+which Keras's PyDataset, Sequence and generator adapters use, and ``py_function`` or
+``numpy_function`` maps). The loop's own Python between graph calls must take the GIL back each
+time: with one loading thread busy the fetch in the graph was ~80 % of a step and the loop
+waited for the GIL most of the rest; with two, the fetch was a quarter of it. So on TensorFlow,
+for such inputs, the loop thread's time *asleep* outside the graph calls and the user's
+callbacks (wall less its CPU time and run-queue wait, ``gil_clocks``) is data wait too, up to
+the loading's busy time in the step: outside the graph the loop blocks on nothing but the GIL
+(callbacks are asynchronous, the user's synchronous ones are subtracted), and only a loading
+thread holds it for the loading. The cap matters on a loaded host: there any GIL holder may
+lose its core while holding it, and an idle pool's threads hold none. Asleep
 *inside* a graph call, the loop waits for TensorFlow's threads (compute) or, as the call
 returns, for the GIL; the two cannot be told apart, so that stays compute.
 
@@ -54,12 +53,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stepscope.observe.inject.stepscope_watch_keras_marks import MarkLog
+    from stepscope.observe.inject.stepscope_watch_keras_clock import GraphClock
     from stepscope.observe.inject.stepscope_watch_recorder import PhaseState, Recorder
 
 ImagesFn = Callable[[int, int], int]
@@ -143,21 +141,11 @@ class KerasSteps:
         self.callback_s = 0.0
         self.pulled_images = 0
         self.pulled = 0
-        self.ready: dict[int, deque[tuple[float, int, float]]] = {}
-        # Per pipeline: when its current iterator was made. A batch asked for before then was
-        # asked by the iterator it replaced (tf.data's injected prefetch runs ahead), and is
-        # never consumed: queued, it would pair every later step with the batch before its own.
-        self.floor: dict[int, float] = {}
-        self.active: int | None = None
         self.per_step = 1
-        self.lock = threading.Lock()
         # The train function's graph, timed by ``time_graph_calls`` (TensorFlow only): the open
         # step's graph seconds and calls, and the run's steady training steps.
         self.graph_s = 0.0
         self.graph_calls = 0
-        # When the open step's last graph call began: the train function's, which asks for the
-        # batch (tracing it may run other functions' graphs first).
-        self.graph_t0: float | None = None
         self.train_calls: TrainCalls | None = None
         # The loop thread's clock of time asleep and the loading threads' busy clock (see the
         # module doc), set while loading runs Python on a thread pool of this process; their
@@ -165,7 +153,7 @@ class KerasSteps:
         self.asleep: Callable[[], float] | None = None
         self.loader_busy: Callable[[], float] | None = None
         self.sleep0 = self.busy0 = self.graph_sleep = 0.0
-        self.mark_log: MarkLog | None = None  # where the tf.data marks note their batches
+        self.graph_clock: GraphClock | None = None  # the fetches' waits, clocked in the graph
 
     # -- producers -------------------------------------------------------------------------------
     def pull_begin(self, t: float) -> None:
@@ -189,41 +177,8 @@ class KerasSteps:
         self.pulled += 1
         self.pulled_images += self.count_images(batch)
 
-    def batch_ready(self, token: int, images: int, requested: float,
-                    ready: float | None = None) -> None:
-        """A batch of ``images`` asked for at ``requested`` left the marked ``tf.data``
-        pipeline ``token`` at ``ready`` (default: now; any thread)."""
-        t = self.clock() if ready is None else ready
-        with self.lock:
-            if requested < self.floor.get(token, requested):
-                return  # the old iterator's: see ``floor``
-            q = self.ready.get(token)
-            if q is None:
-                q = self.ready[token] = deque()
-            q.append((t, images, requested))
-
-    def new_iterator(self, token: int, since: float | None = None) -> None:
-        """A fresh iterator over ``token``'s pipeline, made after ``since`` (default: now):
-        batches the old one prefetched before then are void."""
-        t = self.clock() if since is None else since
-        self.read_marks()
-        with self.lock:
-            self.floor[token] = t
-            q = self.ready.get(token)
-            if not q:
-                return
-            # Keras makes the next epoch's iterator before the last step's window closes (at
-            # the phase end): the batches that step consumed stay. The rest were the old
-            # iterator's, ready or still on their way (asked for before now).
-            keep = self.per_step if self.t_begin is not None and self.active == token else 0
-            kept = [q.popleft() for _ in range(min(keep, len(q)))]
-            fresh = [e for e in q if e[0] >= t and e[2] >= t]
-            q.clear()
-            q.extend(kept + fresh)
-
-    def use(self, token: int, per_step: int) -> None:
-        """The loop's next step consumes ``per_step`` batches of pipeline ``token``."""
-        self.active = token
+    def use(self, per_step: int) -> None:
+        """The loop's next step consumes ``per_step`` batches."""
         self.per_step = max(1, per_step)
 
     # -- the loop (main thread) ------------------------------------------------------------------
@@ -238,6 +193,8 @@ class KerasSteps:
         self.images_fn = images_fn
         self.t_start = t  # iterator creation and the first fetch belong to step 0
         self.t_begin = None
+        if self.graph_clock is not None:
+            self.graph_clock.take()  # fetches outside any step window
         self._reset()
 
     def batch_begin(self, batch: int) -> None:
@@ -265,7 +222,6 @@ class KerasSteps:
         ``slept`` of it (any thread: only the loop's own calls, inside a step window, count)."""
         if self.t_begin is None or threading.get_ident() != self.main_thread_id:
             return
-        self.graph_t0 = t0
         self.graph_calls += 1
         self.graph_s += t1 - t0
         self.graph_sleep += slept
@@ -308,7 +264,6 @@ class KerasSteps:
         self.pulled = 0
         self.graph_s = 0.0
         self.graph_calls = 0
-        self.graph_t0 = None
         self.graph_sleep = 0.0
         self.sleep0, self.busy0 = self._gil_now() if gil is None else gil
 
@@ -317,18 +272,12 @@ class KerasSteps:
             return
         wait = self.blocked_s
         images = self.pulled_images if self.pulled > 0 else None
-        marked = self._pop_ready()
-        if marked is not None:
-            last_ready, marked_images, requested = marked
-            if self.graph_t0 is not None and self.phase.steps > 0:
-                # The train function asks for its batch inside its graph call. A request noted
-                # later than the call's start was held up on the way, e.g. a generator's
-                # ``py_func`` waiting for the GIL behind loading threads: that is data wait.
-                # Not in a phase's first step: a function's first call optimises and builds its
-                # graph (seconds for a large model) before it asks.
-                requested = min(requested, self.graph_t0)
-            wait += max(0.0, min(last_ready, t) - max(self.t_begin, requested))
-            images = marked_images
+        fetches, waited, fetched_images = (self.graph_clock.take() if self.graph_clock
+                                           is not None else (0, 0.0, -1))
+        if fetches > 0:  # TensorFlow: the fetches clocked inside the graph calls
+            wait += waited
+            if fetched_images >= 0:
+                images = fetched_images
         if images is None:
             images = self.images_fn(self.first, self.first + self.per_step - 1)
         wait = min(wait, max(t - self.t_start, 0.0))
@@ -348,30 +297,6 @@ class KerasSteps:
         self.rec.end_step(t)
         self.t_begin = None
         self._reset(gil)
-
-    def read_marks(self) -> None:
-        """Take in the notes the marks wrote since the last read (see :class:`MarkLog`)."""
-        log = self.mark_log
-        if log is None:
-            return
-        offset = log.offset
-        for token, requested_us, ready_us, n in log.read():
-            self.batch_ready(token, n, requested_us * 1e-6 - offset, ready_us * 1e-6 - offset)
-
-    def _pop_ready(self) -> tuple[float, int, float] | None:
-        """(last batch's ready time, images, first batch's request time) of this step."""
-        if self.active is None:
-            return None
-        self.read_marks()
-        with self.lock:
-            q = self.ready.get(self.active)
-            if not q:
-                return None
-            last, images, first_request = 0.0, 0, q[0][2]
-            for _ in range(min(self.per_step, len(q))):
-                last, n, _ = q.popleft()
-                images += n
-        return last, images, first_request
 
 
 def time_graph_calls(steps: KerasSteps) -> None:
@@ -408,17 +333,21 @@ def time_graph_calls(steps: KerasSteps) -> None:
 
 def gil_clocks(clock: Callable[[], float]) -> tuple[Callable[[], float], Callable[[], float]]:
     """``(asleep, loader_busy)``: the calling thread's time asleep (``clock()`` less its CPU
-    time and run-queue wait, ``thread_sched``; each thread reads its own) and the loading
-    threads' busy seconds (``threads_busy_now``). Only differences mean anything."""
+    time and run-queue wait, ``thread_sched``; each thread reads its own) and the loading's
+    busy seconds (PyDataset worker threads, ``threads_busy_now``, and Python ops on
+    TensorFlow's threads, ``py_busy_now``). Only differences mean anything."""
     if TYPE_CHECKING:
+        from stepscope.observe.inject.stepscope_watch_keras_clock import py_busy_now
         from stepscope.observe.inject.stepscope_watch_stages import (
             thread_sched,
             threads_busy_now,
         )
     else:
         try:  # in the watched interpreter a top-level module (see sitecustomize)
+            from stepscope_watch_keras_clock import py_busy_now
             from stepscope_watch_stages import thread_sched, threads_busy_now
         except ImportError:  # in-process, for stepscope.keras.Callback
+            from stepscope.observe.inject.stepscope_watch_keras_clock import py_busy_now
             from stepscope.observe.inject.stepscope_watch_stages import (
                 thread_sched,
                 threads_busy_now,
@@ -430,7 +359,10 @@ def gil_clocks(clock: Callable[[], float]) -> tuple[Callable[[], float], Callabl
         cpu, rq = thread_sched()
         return clock() - cpu - rq
 
-    return asleep, threads_busy_now
+    def loader_busy() -> float:
+        return threads_busy_now() + py_busy_now()
+
+    return asleep, loader_busy
 
 
 class TimedIterable:
