@@ -5,12 +5,13 @@ Keras (3 on TensorFlow, and tf-keras) fetches each batch inside its compiled tra
 of the graph, and the graph blocks on it until the input pipeline has a batch. So the wait is
 clocked there, the consumer's side, whatever the pipeline is (a Python generator, ``tf.data``
 maps, a prefetch buffer): each fetch traced into a graph gets a clock op before it and one after
-the batch's tensors, and writes the difference and the batch's size to one row of a small ring
-of variables (``GraphClock``). The loop reads the rows once per step, one variable read.
+the batch's tensors, and adds (1, the difference, the batch's size) to a running sum held in one
+small variable (``GraphClock``). The loop reads the sum once per step and takes the difference.
 
-The clock ops run on the graph's own thread, a few microseconds, and the pipeline is untouched:
-an earlier mark appended to the pipeline ran on its thread and cost the bench CNN ~5 % of its
-throughput on 2 cores (docs/performance.md).
+The clock's ops run on the graph's threads, ~30-45 us of CPU a step here, and the read ~25 us;
+the pipeline is untouched. (A ring of per-fetch rows cost ~100 us more in ops and its read
+~150 us in Python; the mark this replaced, appended to the pipeline, ran on the pipeline's
+thread and cost the bench CNN ~5 % of its throughput on 2 cores: docs/performance.md.)
 
 A fetch run eagerly (``run_eagerly=True``) is timed in Python instead, on the loop's thread.
 
@@ -24,13 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# Rows of the ring: more fetches than this between two reads (``steps_per_execution`` above
-# it) are counted short, and said so.
-SLOTS = 512
-
 
 class GraphClock:
-    """The ring of fetch rows ``(seq, seconds waited, images)`` and what the loop has read.
+    """The running sum of clocked fetches, ``(fetches, seconds waited, images, fetches of
+    unknown size)``, and what the loop has taken of it.
 
     Args:
         tf: the ``tensorflow`` module.
@@ -40,31 +38,36 @@ class GraphClock:
     def __init__(self, tf: Any, on_eager: Callable[[float, Any], None]) -> None:
         self.tf = tf
         self.on_eager = on_eager
-        self.ring: Any = None
-        self.count: Any = None
-        self.seen = 0  # the last row's seq the loop has read
-        self.lost = 0  # rows overwritten before they were read
+        self.sums: Any = None
+        self.read: Callable[[], Any] = lambda: self.sums.numpy()
+        self.taken = (0.0, 0.0, 0.0, 0.0)
         self.lock = threading.Lock()
 
     def make(self) -> None:
-        """Make the ring's variables now (eagerly, before a graph is traced), on the CPU: the
-        clock is a host op, and a ring on a GPU would make each read wait for its stream."""
+        """Make the sum's variable now (eagerly, before a graph is traced), on the CPU: the
+        clock is a host op, and a variable on a GPU would make each read wait for its stream."""
         tf = self.tf
         with self.lock:
-            if self.ring is not None:
+            if self.sums is not None:
                 return
-            with tf.init_scope(), tf.device("/CPU:0"):
-                self.ring = tf.Variable(tf.zeros([SLOTS, 3], tf.float64), trainable=False,
+            with tf.init_scope(), tf.device("/CPU:0"):  # eager, even while tracing
+                self.sums = tf.Variable(tf.zeros([4], tf.float64), trainable=False,
                                         name="stepscope_fetch_clock")
-                self.count = tf.Variable(tf.constant(0, tf.int64), trainable=False,
-                                         name="stepscope_fetch_count")
+                try:  # the bare read op: ~6 us here, where Variable.numpy() took ~18
+                    from tensorflow.python.ops import gen_resource_variable_ops as ops
+
+                    handle, dtype = self.sums.handle, tf.float64
+                    ops.read_variable_op(handle, dtype)._numpy()
+                    self.read = lambda: ops.read_variable_op(handle, dtype)._numpy()
+                except Exception:  # another TensorFlow: the public read
+                    pass
 
     def clocked(self, fetch: Callable[[], Any], tensors: Callable[[Any], list[Any]],
                 images: Callable[[Any], Any]) -> Any:
-        """``fetch()`` as traced into a graph, with its wait noted in the ring.
+        """``fetch()`` as traced into a graph, with its wait added to the sum.
 
         ``tensors(element)``: the tensors the fetch made (the clock stops when all exist);
-        ``images(element)``: the batch's size as a float64 tensor (-1: unknown)."""
+        ``images(element)``: the batch's size as a float64 tensor, or None when unknown."""
         tf = self.tf
         self.make()
         with tf.device("/CPU:0"):
@@ -74,29 +77,22 @@ class GraphClock:
         with tf.device("/CPU:0"):
             with tf.control_dependencies(tensors(element)):
                 t1 = tf.timestamp()
-            seq = self.count.assign_add(1)
-            row = tf.stack([tf.cast(seq, tf.float64), t1 - t0, images(element)])
-            slot = tf.reshape(tf.math.floormod(seq, SLOTS), [1, 1])
-            self.ring.scatter_nd_update(slot, tf.reshape(row, [1, 3]))
+            n = images(element)
+            one, zero = tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
+            row = [one, t1 - t0, zero, one] if n is None else [one, t1 - t0, n, zero]
+            self.sums.assign_add(tf.stack(row))
         return element
 
     def take(self) -> tuple[int, float, int]:
         """(fetches, seconds waited, images; -1 when a fetch's size is unknown) since the last
-        take. One read of the ring, ~20 us here."""
-        if self.ring is None:
-            return 0, 0.0, 0
-        rows = self.ring.numpy()
+        take: one read of the variable."""
+        if self.sums is None:
+            return 0, 0.0, -1
+        now = tuple(float(v) for v in self.read())
         with self.lock:
-            last = self.seen
-            new = [r for r in rows if r[0] > last]
-            if not new:
-                return 0, 0.0, 0
-            top = int(max(r[0] for r in new))
-            self.lost += max(0, top - last - len(new))
-            self.seen = top
-        sizes = [int(r[2]) for r in new]
-        images = -1 if any(n < 0 for n in sizes) else sum(sizes)
-        return len(new), float(sum(r[1] for r in new)), images
+            last, self.taken = self.taken, now  # type: ignore[assignment]
+        fetches, waited, images, unknown = (a - b for a, b in zip(now, last, strict=True))
+        return round(fetches), waited, -1 if unknown > 0.5 else round(images)
 
 
 def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:
@@ -114,12 +110,13 @@ def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:
 
     def batch_size(element: Any) -> Any:
         flat = dense(element)
-        if not flat:
-            return tf.constant(-1.0, tf.float64)
-        # the first dimension, at run time (a numpy_function's output has no static shape);
-        # -1 for a scalar
-        shape = tf.concat([tf.shape(flat[0], out_type=tf.int64), tf.constant([-1], tf.int64)], 0)
-        return tf.cast(shape[0], tf.float64)
+        if not flat or flat[0].shape.rank == 0:
+            return None
+        if flat[0].shape.rank is not None and flat[0].shape[0] is not None:
+            return tf.constant(float(flat[0].shape[0]), tf.float64)
+        # the first dimension at run time (a numpy_function's output has no static shape; a
+        # scalar gives 0)
+        return tf.cast(tf.reduce_sum(tf.shape(flat[0], out_type=tf.int64)[:1]), tf.float64)
 
     def _next_internal(self: Any) -> Any:
         if not tf.inside_function():
@@ -135,8 +132,7 @@ def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:
         # An optional's size is known only once its value is read: -1, and the loop counts
         # the step's images itself.
         return clock.clocked(lambda: inner_optional(self),
-                             lambda opt: [opt._variant_tensor],
-                             lambda opt: tf.constant(-1.0, tf.float64))
+                             lambda opt: [opt._variant_tensor], lambda opt: None)
 
     _next_internal._stepscope = True  # type: ignore[attr-defined]
     cls._next_internal = _next_internal
