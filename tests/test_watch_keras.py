@@ -218,6 +218,18 @@ def test_slow_callback_gets_steps_per_execution(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_steps_per_execution_steps_count_their_batches(tmp_path: Path) -> None:
+    """With ``steps_per_execution=4`` Keras fetches through ``get_next_as_optional`` in a
+    while loop: a step is 4 batches, its images counted from the optionals' values (a PyDataset
+    whose size Keras cannot tell ahead), and a planted 150 ms loader is still input-bound."""
+    s = _run(tmp_path, "tensorflow", "pydataset", str(INPUT_MS), "dense", "--steps", "16",
+             "--spe", "4")
+    for p in _train(s):
+        assert p["steps"] == 4 and p["images"] == 16 * 8, p
+        assert p["verdict"] == "input-bound" and p["data_wait_frac"] >= INPUT_WAIT_MIN, p
+
+
+@pytest.mark.slow
 def test_tf_keras_generator_input_bound(tmp_path: Path) -> None:
     s = _run(tmp_path, "tensorflow", "generator", str(INPUT_MS), "dense", "--legacy",
              "--steps", "24", "--val", "4")

@@ -218,7 +218,7 @@ steps_of_two(it)  # traced, while tf.data's injected prefetch fills behind it
 clock.take()
 steps_of_two(iter(pipeline()))
 n, waited, images = clock.take()
-assert n == 2 and images == -1 and waited >= 0.04, (n, waited, images)
+assert n == 2 and images == 8 and waited >= 0.04, (n, waited, images)
 it = iter(pipeline().prefetch(4))  # a full buffer: the fetch costs only itself
 step(it)
 time.sleep(0.3)
@@ -235,7 +235,8 @@ print("CLOCK OK")
 def test_the_fetch_is_clocked_inside_the_graph() -> None:
     """On real TensorFlow, in its own process: a fetch that waits for a Python ``map`` is clocked
     at that wait, a fetch from a full prefetch buffer at nearly nothing, the optional fetches of
-    a ``steps_per_execution`` loop each once, an eager fetch in Python; the Python ops' busy
+    a ``steps_per_execution`` loop each once with their batches' size, an eager fetch in Python;
+    the Python ops' busy
     time is counted."""
     import subprocess
     import sys

@@ -126,13 +126,20 @@ def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:
             return element
         return clock.clocked(lambda: inner_next(self), dense, batch_size)
 
+    def optional_size(opt: Any) -> Any:
+        # The batch's size once the optional's value is there (an empty one, at the end of the
+        # data, holds none); None when its structure has no batched tensor.
+        specs = [sp for sp in tf.nest.flatten(opt.element_spec) if isinstance(sp, tf.TensorSpec)]
+        if not specs or specs[0].shape.rank == 0:
+            return None
+        return tf.cond(opt.has_value(), lambda: batch_size(opt.get_value()),
+                       lambda: tf.constant(0.0, tf.float64))
+
     def get_next_as_optional(self: Any) -> Any:
         if not tf.inside_function():
             return inner_optional(self)  # an eager caller reads the value: its own op
-        # An optional's size is known only once its value is read: -1, and the loop counts
-        # the step's images itself.
         return clock.clocked(lambda: inner_optional(self),
-                             lambda opt: [opt._variant_tensor], lambda opt: None)
+                             lambda opt: [opt._variant_tensor], optional_size)
 
     _next_internal._stepscope = True  # type: ignore[attr-defined]
     cls._next_internal = _next_internal
