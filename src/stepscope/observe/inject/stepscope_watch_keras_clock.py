@@ -80,7 +80,8 @@ class GraphClock:
             n = images(element)
             one, zero = tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
             row = [one, t1 - t0, zero, one] if n is None else [one, t1 - t0, n, zero]
-            self.sums.assign_add(tf.stack(row))
+            # read_value=False: no read op after it (the loop reads the sum itself)
+            self.sums.assign_add(tf.stack(row), read_value=False)
         return element
 
     def take(self) -> tuple[int, float, int]:
