@@ -46,6 +46,7 @@ def _install(fd_text: str | None) -> None:
     import stepscope_watch_dist
     import stepscope_watch_imports as imports
     import stepscope_watch_keras
+    import stepscope_watch_keras_backends
     import stepscope_watch_lightning
     import stepscope_watch_loop
     import stepscope_watch_recorder as recorder
@@ -97,7 +98,7 @@ def _install(fd_text: str | None) -> None:
 
     def tensorflow_hook(module: object) -> None:
         imported("tensorflow")
-        stepscope_watch_keras.install_tensorflow_ops(module)
+        stepscope_watch_keras_backends.install_tensorflow()
 
     def lightning_hook(module: object) -> None:
         stepscope_watch_lightning.install(module, rec, recorder.count_images)

@@ -22,25 +22,19 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stepscope.observe.inject.stepscope_watch_keras_backends import (
-        install_tensorflow,
-        patch_backend,
-    )
+    from stepscope.observe.inject.stepscope_watch_keras_backends import patch_backend
     from stepscope.observe.inject.stepscope_watch_keras_clock import py_funcs_made
     from stepscope.observe.inject.stepscope_watch_keras_data import describe_input, loop_sizes
     from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, gil_clocks
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 else:
     try:  # in the watched interpreter these are top-level modules (see sitecustomize)
-        from stepscope_watch_keras_backends import install_tensorflow, patch_backend
+        from stepscope_watch_keras_backends import patch_backend
         from stepscope_watch_keras_clock import py_funcs_made
         from stepscope_watch_keras_data import describe_input, loop_sizes
         from stepscope_watch_keras_steps import KerasSteps, gil_clocks
     except ImportError:  # in-process, for stepscope.keras.Callback
-        from stepscope.observe.inject.stepscope_watch_keras_backends import (
-            install_tensorflow,
-            patch_backend,
-        )
+        from stepscope.observe.inject.stepscope_watch_keras_backends import patch_backend
         from stepscope.observe.inject.stepscope_watch_keras_clock import py_funcs_made
         from stepscope.observe.inject.stepscope_watch_keras_data import (
             describe_input,
@@ -104,11 +98,6 @@ def install_tf_keras(tf_keras: ModuleType, rec: Recorder,
     rec.fact("loop.keras_backend", "tensorflow", "watch: tf-keras runs on TensorFlow")
     patch_backend("tf.keras", rec, steps)
     _time_pool_workers(rec, "tf_keras.src.utils.data_utils", count_images)
-
-
-def install_tensorflow_ops(tf: ModuleType) -> None:
-    """Right after ``import tensorflow``: see ``install_tensorflow``."""
-    install_tensorflow()
 
 
 def _kstages() -> ModuleType:
