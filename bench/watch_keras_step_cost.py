@@ -6,9 +6,11 @@ its own, bare and instrumented alternately in one process, so the difference is 
 1. the hooks on the loop's thread, per step: the watch callback's ``on_train_batch_begin``
    (which closes the last step and sends its record down a pipe, here to ``/dev/null``), the
    epoch iterator's ``use`` and the graph timer's bookkeeping (``KerasSteps``), with the clocks
-   a PyDataset on worker threads adds (the loop thread's sleep, the threads' busy time);
-2. the fetch clock, per step: the ops traced around ``get_next`` in the train function
-   (``GraphClock``) and the loop's read of them (``take``), CPU of every thread while a
+   loading that runs Python in the process adds (the loop thread's off-CPU time, the loading
+   threads' busy time);
+2. the graph clock, per step: the ops traced around ``get_next`` and after the step's result
+   in the train function (``GraphClock``) and the loop's read of them (``take``), CPU of every
+   thread while a
    ``tf.function`` fetches 32-row batches from a prefetched ``tf.data`` pipeline, traced bare
    and traced clocked;
 3. the timed ``Context.call_function``, per train-function call: a small ``tf.function``
@@ -86,10 +88,10 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
 
     rec = Recorder(Channel(os.open(os.devnull, os.O_WRONLY)))
     steps = ksteps.KerasSteps(rec, count_images)
-    # With a PyDataset on worker threads watch also reads the loop thread's sleep clock at each
-    # step and graph call, and the threads' busy clock at each step (``loop.keras_gil_wait``):
-    # timed here too, the costlier case (the bench CNN's single-worker PyDataset does not pay it).
-    steps.asleep, steps.loader_busy = ksteps.gil_clocks(steps.clock)
+    # With loading that runs Python in the process watch also reads the loop thread's off-CPU
+    # clock and the loading's busy clock at each step (``loop.keras_gil_wait``): timed here too,
+    # the costlier case.
+    steps.off_cpu, steps.loader_busy = ksteps.gil_clocks(steps.clock)
     cb = hooks.callback_class(keras.callbacks.Callback, rec, steps)(
         "fit", lambda a, b: 32, lambda a, b: 0, None, None)
     cb.on_epoch_begin(0)
@@ -98,12 +100,11 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
     n_steps = 20_000
 
     def hook_steps() -> None:
-        clock = steps.clock
         for i in range(n_steps):
             cb.on_train_batch_begin(i)
             steps.use(1)
-            t0 = clock()
-            steps.graph_ran(t0, clock())
+            t0 = time.time()  # the timed call_function's two reads
+            steps.graph_ran(t0, time.time())
 
     def empty_steps() -> None:
         for _ in range(n_steps):
@@ -119,13 +120,19 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
         tf.data.AUTOTUNE)
     it = iter(base)
 
+    fetch_clock = kclock.GraphClock(tf, lambda dt, batch: None)
+    end_clock = [False]
+
     def fetch(iterator: Any) -> Any:
-        return tf.reduce_sum(next(iterator)[0])
+        out = tf.reduce_sum(next(iterator)[0])
+        if end_clock[0]:
+            fetch_clock.ended(out)  # as the Keras hook clocks each step's results
+        return out
 
     bare_fn = tf.function(fetch)
     bare_fn(it)  # traced bare
-    fetch_clock = kclock.GraphClock(tf, lambda dt, batch: None)
     kclock.clock_fetches(tf, fetch_clock, steps.clock)
+    end_clock[0] = True
     clocked_fn = tf.function(fetch)
     clocked_fn(it)  # traced with the clock's ops
     n_fetch = 2000

@@ -162,9 +162,9 @@ def test_pydataset_worker_threads_gil_bound(tmp_path: Path) -> None:
         assert busy / last["seconds"] >= 0.5 and cpu < 0.75 * busy, last["loader"]
     assert last["loader"]["threads_gil_bound"] is True, last["loader"]
     # The loop's own Python waits for the GIL the threads hold, and that is waiting for the
-    # data too (~90 % of the step is true; the GIL wait as a graph call returns stays in
-    # compute, so ~75 % reads): without counting it, 25-44 % read.
-    assert last["data_wait_frac"] >= 0.5, last
+    # data too (~90 % of the step is true, 89-93 % read): without counting it, 25-44 % read,
+    # and 69-74 % while the wait to take the GIL back as each graph call returned was compute.
+    assert last["data_wait_frac"] >= 0.75, last
     assert s["loader"]["gil_wait_counted"] is True, s["loader"]
     agg = s["by_phase"]["train"]
     assert agg["verdict"] == "input-bound" and agg["input_cause"] == "workers", agg

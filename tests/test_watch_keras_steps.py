@@ -47,9 +47,10 @@ class _FetchClock:
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, float, int]] = []
+        self.end = 0.0  # the latest end of a step's graph work
 
-    def take(self) -> tuple[int, float, int]:
-        return self.rows.pop(0) if self.rows else (0, 0.0, -1)
+    def take(self) -> tuple[int, float, int, float]:
+        return (*(self.rows.pop(0) if self.rows else (0, 0.0, -1)), self.end)
 
 
 def test_tensorflow_wait_is_the_fetch_clocked_in_the_graph() -> None:
@@ -171,6 +172,43 @@ def test_tensorflow_graph_time_is_split_from_the_step() -> None:
     assert calls["work_median_s"] == pytest.approx(0.007)  # 8 ms of graph less 1 ms of wait
 
 
+def test_graph_call_return_is_the_loops_and_its_gil_wait_is_data_wait() -> None:
+    """A graph call whose work ended (clocked in the graph) 5 ms before it returned: the loop's
+    thread waited that long for the GIL a loading thread held. The graph's time is the call's up
+    to that end, and the loop's time off its CPU outside the graph's work, up to the loading's
+    busy time, is data wait."""
+    steps, clock, fd, rec = _setup()
+    steps.train_calls = TrainCalls()
+    fetches = _FetchClock()
+    steps.graph_clock = fetches  # type: ignore[assignment]
+    cpu, busy = [0.0], [0.0]
+    steps.off_cpu = lambda: clock.t - cpu[0]
+    steps.loader_busy = lambda: busy[0]
+    steps.phase_begin("train", lambda a, b: 8, 1)
+    steps.use(1)
+    for i in range(recorder.WARMUP_STEPS + 2):
+        steps.batch_begin(i)
+        t0 = clock.t
+        fetches.rows.append((1, 0.010, 8))  # 10 ms blocked in get_next
+        clock.t += 0.012                     # 2 ms of the graph's own work after it
+        fetches.end = clock.t
+        clock.t += 0.005                     # the return: waiting for the GIL
+        steps.graph_ran(t0, clock.t)
+        cpu[0] += 0.001                      # the loop's own Python, on its CPU
+        clock.t += 0.003                     # ... and 2 ms more waiting for the GIL
+        busy[0] += 0.020                     # a loading thread busy all along
+    steps.phase_end()
+    rec.channel.flush()
+    os.close(rec.channel._fd)
+    with os.fdopen(fd, "rb") as f:
+        msgs = [json.loads(line) for line in f]
+    got = [(m[4], m[5]) for m in msgs if m[0] == "S"]
+    assert got[1:] == [pytest.approx((0.020, 0.017))] * (len(got) - 1)
+    calls = next(m[2] for m in msgs if m[0] == "F" and m[1] == "loop.keras_train_calls")
+    assert isinstance(calls, dict)
+    assert calls["work_median_s"] == pytest.approx(0.002)  # to the graph's end, less the wait
+
+
 GRAPH_CLOCK_SCRIPT = r'''
 import os, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -194,7 +232,9 @@ def pipeline():
 
 @tf.function
 def step(it):
-    return tf.reduce_sum(next(it))
+    out = tf.reduce_sum(next(it))
+    clock.ended(out)
+    return out
 
 @tf.function
 def steps_of_two(it):  # Keras's steps_per_execution loop: optional fetches in a while loop
@@ -210,21 +250,24 @@ it = iter(pipeline())  # no prefetch: each fetch waits for its batch
 assert kclock.py_funcs_made()
 clock.make()
 for _ in range(3):
+    t0 = time.time()
     step(it)
-n, waited, images = clock.take()
+    t1 = time.time()
+n, waited, images, end = clock.take()
 assert n == 3 and images == 12 and 0.08 <= waited <= 0.5, (n, waited, images)
+assert t0 <= end <= t1, (t0, end, t1)  # the last call's graph ended inside it
 assert kclock.py_busy_now() - busy0 >= 0.085
 steps_of_two(it)  # traced, while tf.data's injected prefetch fills behind it
 clock.take()
 steps_of_two(iter(pipeline()))
-n, waited, images = clock.take()
+n, waited, images, _ = clock.take()
 assert n == 2 and images == 8 and waited >= 0.04, (n, waited, images)
 it = iter(pipeline().prefetch(4))  # a full buffer: the fetch costs only itself
 step(it)
 time.sleep(0.3)
 clock.take()
 step(it)
-n, waited, images = clock.take()
+n, waited, images, _ = clock.take()
 assert n == 1 and images == 4 and waited < 0.02, (n, waited, images)
 next(it)  # fetched eagerly, in Python
 assert len(eager) == 1 and eager[0][1] == 4, eager
@@ -236,8 +279,8 @@ def test_the_fetch_is_clocked_inside_the_graph() -> None:
     """On real TensorFlow, in its own process: a fetch that waits for a Python ``map`` is clocked
     at that wait, a fetch from a full prefetch buffer at nearly nothing, the optional fetches of
     a ``steps_per_execution`` loop each once with their batches' size, an eager fetch in Python;
-    the Python ops' busy
-    time is counted."""
+    the end of a step's graph work falls inside its call; the Python ops' busy time is
+    counted."""
     import subprocess
     import sys
 

@@ -250,9 +250,9 @@ def _spe_from_graph(calls: KerasTrainCalls, evidence: str) -> tuple[str, str, st
     """Price N from one call's measured parts: the graph's work (median over calls, so a few
     descheduled calls do not count as work) and the data wait (on TensorFlow fetched inside the
     graph) repeat per batch; the rest of the step (the callbacks, Keras's per-batch Python, the
-    tf.function dispatch) is paid once per call. With ``now`` batches a call today and N after, a
-    batch costs (work + wait) / now + rest / N instead of step / now. Not modelled: a longer
-    execution runs its batches back to back, so the graph's threads stay warm (its work falls)
+    tf.function dispatch and return) is paid once per call. With ``now`` batches a call today
+    and N after, a batch costs (work + wait) / now + rest / N instead of step / now. Not
+    modelled: a longer execution runs its batches back to back, so the graph's threads stay warm (its work falls)
     while a loader that filled its buffer during the callbacks now has to keep pace (the wait
     rises); docs/keras.md has both, measured."""
     now = max(1, int(calls.get("steps_per_execution") or 1))
@@ -269,8 +269,8 @@ def _spe_from_graph(calls: KerasTrainCalls, evidence: str) -> tuple[str, str, st
     measured = (f"{per}, TensorFlow's graph worked {fmt_ms(float(calls['work_median_s']))} "
                 f"(median over calls) and waited {fmt_ms(wait)} for data, of a "
                 f"{fmt_ms(step)} step: the other {fmt_ms(rest)} (callbacks, Keras's per-batch "
-                "Python, the tf.function dispatch) is paid once per call (timed by watch around "
-                "TensorFlow's function call)")
+                "Python, the tf.function dispatch and return) is paid once per call (timed by "
+                "watch around TensorFlow's function call, the graph's end clocked inside it)")
     return (_spe_fix(n, now),
             f"~{fmt_ratio(gain)} faster (a batch would cost the graph's "
             f"{fmt_ms(repeat / now)} plus {fmt_ms(rest)} / {n} of per-call overhead)",

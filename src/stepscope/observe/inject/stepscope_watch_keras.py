@@ -174,8 +174,8 @@ def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasS
 
 def _watch_gil(steps: KerasSteps, train_in: dict[str, object], rec: Recorder) -> None:
     """On TensorFlow (its graph calls timed), loading that runs Python in this process: count
-    the loop thread's sleep outside the graph, up to the loading's busy time in the step, as
-    data wait (see ``stepscope_watch_keras_steps``). That is a PyDataset, Sequence or generator
+    the loop thread's time off its CPU outside the graph's work, up to the loading's busy time
+    in the step, as data wait (see ``stepscope_watch_keras_steps``). That is a PyDataset, Sequence or generator
     not on worker processes (Keras runs them through ``Dataset.from_generator``, whose Python
     runs on tf.data's threads, and a PyDataset's ``workers`` on a thread pool), or a ``tf.data``
     pipeline once any Python op has been made (its ``py_function``/``numpy_function`` maps)."""
@@ -183,17 +183,17 @@ def _watch_gil(steps: KerasSteps, train_in: dict[str, object], rec: Recorder) ->
     python = (kind in ("PyDataset", "ImageDataGenerator", "generator")
               and not train_in.get("multiprocessing")) or (kind == "tf.data" and py_funcs_made())
     if steps.train_calls is None or not python:
-        steps.asleep = steps.loader_busy = None
+        steps.off_cpu = steps.loader_busy = None
         return
-    steps.asleep, steps.loader_busy = gil_clocks(steps.clock)
+    steps.off_cpu, steps.loader_busy = gil_clocks(steps.clock)
     if rec.once("keras-gil-wait"):
         rec.fact("loop.keras_gil_wait", True,
                  "watch: the loading runs Python in the training process, so "
-                 "the loop thread's time asleep outside TensorFlow's graph calls and the user's "
-                 "callbacks (wall less its CPU time and run-queue wait, /proc/thread-self/"
-                 "schedstat), up to the loading's busy time in the step (PyDataset worker "
-                 "threads, Python ops on tf.data's threads), is counted as "
-                 "data wait: it waits for the GIL the loading holds")
+                 "the loop thread's time off its CPU outside the graph's work (clocked in the "
+                 "graph up to each step's end) and the user's callbacks, up to the loading's "
+                 "busy time in the step (PyDataset worker threads, Python ops on tf.data's "
+                 "threads), is counted as data wait: it waits for the GIL or a core the "
+                 "loading holds")
 
 
 def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder,

@@ -2,8 +2,8 @@
 ``stepscope_watch_keras_steps`` for what is measured on each):
 
 - TensorFlow (Keras 3) and tf-keras: the batch is fetched inside the compiled train function,
-  so the fetch is clocked there, in the graph (``stepscope_watch_keras_clock``), and the
-  graph calls are timed apart from the step.
+  so the fetch is clocked there, in the graph (``stepscope_watch_keras_clock``), with the end
+  of each step's graph work, and the graph calls are timed apart from the step.
 - JAX and torch: the trainer pulls each batch with ``next()`` in Python, which is timed.
 
 Standard library only: this runs inside the user's interpreter.
@@ -91,6 +91,24 @@ def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
     cls.__next__, cls._get_iterator = __next__, _get_iterator
     clock = _clock(tf, steps)
     time_graph_calls(steps)
+    # Each step's results come out of the (maybe XLA-compiled) one-step function through this
+    # wrapper, in the train function's own graph, where a clock op may go.
+    convert = trainer.TensorFlowTrainer._autoconvert_optionals
+
+    def _autoconvert_optionals(self: Any, step_func: Any) -> Any:
+        return _ends_clocked(convert(self, step_func), clock)
+
+    trainer.TensorFlowTrainer._autoconvert_optionals = _autoconvert_optionals
+
+
+def _ends_clocked(fn: Callable[..., Any], clock: GraphClock) -> Callable[..., Any]:
+    """``fn``, a step's function traced into a graph, with the end of its work clocked."""
+    def step(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        clock.ended(out)
+        return out
+
+    return step
 
 
 def _clock(tf: Any, steps: KerasSteps) -> GraphClock:
@@ -136,6 +154,11 @@ def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
     cls.steps = steps_
     clock = _clock(tf, steps)
     time_graph_calls(steps)
+    # tf-keras's train, test and predict step functions end by reducing the replicas' outputs
+    # with this module function, in the train function's graph (outside a jit-compiled step).
+    from tf_keras.src.engine import training
+
+    training.reduce_per_replica = _ends_clocked(training.reduce_per_replica, clock)
 
 
 def _patch_jax(rec: Recorder, steps: KerasSteps) -> None:

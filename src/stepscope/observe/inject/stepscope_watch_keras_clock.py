@@ -1,4 +1,5 @@
-"""How long a TensorFlow train function waited for its batch, clocked where it waits.
+"""How long a TensorFlow train function waited for its batch, and when its graph's work ended,
+clocked in the graph.
 
 Keras (3 on TensorFlow, and tf-keras) fetches each batch inside its compiled train function:
 ``iterator.get_next()`` (or ``get_next_as_optional()`` with ``steps_per_execution > 1``) is an op
@@ -8,7 +9,12 @@ maps, a prefetch buffer): each fetch traced into a graph gets a clock op before 
 the batch's tensors, and adds (1, the difference, the batch's size) to a running sum held in one
 small variable (``GraphClock``). The loop reads the sum once per step and takes the difference.
 
-The clock's ops run on the graph's threads, ~30-45 us of CPU a step here, and the read ~25 us;
+The end of each step's graph work is clocked too (``GraphClock.ended``, traced after the step's
+outputs): what a graph call takes after it is the call's return, and as it returns the loop's
+thread must take the GIL back, which loading threads that run Python may hold for a
+switch interval (5 ms) or more. The end is kept in the same variable, as the latest one.
+
+The clock's ops run on the graph's threads, ~30-45 us of CPU a step here, and the read ~6 us;
 the pipeline is untouched. (A ring of per-fetch rows cost ~100 us more in ops and its read
 ~150 us in Python; the mark this replaced, appended to the pipeline, ran on the pipeline's
 thread and cost the bench CNN ~5 % of its throughput on 2 cores: docs/performance.md.)
@@ -28,7 +34,8 @@ from typing import Any
 
 class GraphClock:
     """The running sum of clocked fetches, ``(fetches, seconds waited, images, fetches of
-    unknown size)``, and what the loop has taken of it.
+    unknown size)``, the latest end of a step's graph work (seconds after ``base``), and what
+    the loop has taken of them.
 
     Args:
         tf: the ``tensorflow`` module.
@@ -42,6 +49,9 @@ class GraphClock:
         self.read: Callable[[], Any] = lambda: self.sums.numpy()
         self.taken = (0.0, 0.0, 0.0, 0.0)
         self.lock = threading.Lock()
+        # ends are kept as seconds after this wall-clock time (tf.timestamp's clock): small
+        # numbers, exact to the microsecond in a float64
+        self.base = time.time()
 
     def make(self) -> None:
         """Make the sum's variable now (eagerly, before a graph is traced), on the CPU: the
@@ -51,7 +61,7 @@ class GraphClock:
             if self.sums is not None:
                 return
             with tf.init_scope(), tf.device("/CPU:0"):  # eager, even while tracing
-                self.sums = tf.Variable(tf.zeros([4], tf.float64), trainable=False,
+                self.sums = tf.Variable(tf.zeros([5], tf.float64), trainable=False,
                                         name="stepscope_fetch_clock")
                 try:  # the bare read op: ~6 us here, where Variable.numpy() took ~18
                     from tensorflow.python.ops import gen_resource_variable_ops as ops
@@ -80,20 +90,41 @@ class GraphClock:
             n = images(element)
             one, zero = tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
             row = [one, t1 - t0, zero, one] if n is None else [one, t1 - t0, n, zero]
+            row.append(zero)  # the end column: not summed
             # read_value=False: no read op after it (the loop reads the sum itself)
             self.sums.assign_add(tf.stack(row), read_value=False)
         return element
 
-    def take(self) -> tuple[int, float, int]:
+    def ended(self, outputs: Any) -> None:
+        """A step's graph work is done once ``outputs`` (its results, as traced) and every
+        stateful op traced before them have run: clock it there, as the latest end. Nothing
+        outside a graph."""
+        tf = self.tf
+        if not tf.inside_function():
+            return
+        self.make()
+        deps: list[Any] = [x for x in tf.nest.flatten(outputs) if isinstance(x, tf.Tensor)]
+        # The results alone are not the end: a step's metrics need the forward pass only, and
+        # the optimizer's updates (most of the work: the backward pass) run beside them. Every
+        # stateful op traced so far in this graph is (the updates, the fetch, the counters).
+        graph = tf.compat.v1.get_default_graph()
+        deps += [op for op in graph.get_operations() if getattr(op, "_is_stateful", False)]
+        with tf.device("/CPU:0"), tf.control_dependencies(deps):
+            t = tf.timestamp() - self.base
+            self.sums.scatter_max(tf.IndexedSlices(tf.reshape(t, [1]), tf.constant([4])))
+
+    def take(self) -> tuple[int, float, int, float]:
         """(fetches, seconds waited, images; -1 when a fetch's size is unknown) since the last
-        take: one read of the variable."""
+        take, and the latest end of a step's graph work (``time.time()`` seconds; 0 when none
+        yet): one read of the variable."""
         if self.sums is None:
-            return 0, 0.0, -1
+            return 0, 0.0, -1, 0.0
         now = tuple(float(v) for v in self.read())
         with self.lock:
-            last, self.taken = self.taken, now  # type: ignore[assignment]
-        fetches, waited, images, unknown = (a - b for a, b in zip(now, last, strict=True))
-        return round(fetches), waited, -1 if unknown > 0.5 else round(images)
+            last, self.taken = self.taken, now[:4]  # type: ignore[assignment]
+        fetches, waited, images, unknown = (a - b for a, b in zip(now[:4], last, strict=True))
+        end = self.base + now[4] if now[4] > 0 else 0.0
+        return round(fetches), waited, -1 if unknown > 0.5 else round(images), end
 
 
 def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:

@@ -26,10 +26,13 @@ between them were nil, an upper bound that is exact for n = 1.
 
 On TensorFlow (Keras 3 and tf-keras) the train function's graph is timed apart from the step
 (``time_graph_calls``): TensorFlow runs a ``tf.function``'s graph in ``Context.call_function``,
-wrapped with a clock pair. Each steady training step gives its wall time and the graph's time;
-the rest of the step (the callbacks, Keras's per-batch Python, the function's dispatch) is paid
-once per call, which ``steps_per_execution`` divides (fact ``loop.keras_train_calls``: sums,
-and per call the graph's own work, less the data wait in it: median and 10th percentile).
+wrapped with a clock pair, and the end of the step's work is clocked in the graph
+(``GraphClock.ended``). The graph's time is the call's up to that end: the call's return
+after it (the outputs handed back, the GIL taken back) is the loop's. Each steady training step
+gives its wall time and the graph's time; the rest of the step (the callbacks, Keras's
+per-batch Python, the function's dispatch and return) is paid once per call, which
+``steps_per_execution`` divides (fact ``loop.keras_train_calls``: sums, and per call the
+graph's own work, less the data wait in it: median and 10th percentile).
 
 Loading that runs Python in the training process holds the GIL while it runs: a PyDataset's
 worker threads, and the Python TensorFlow's own threads run as ops (``Dataset.from_generator``,
@@ -37,14 +40,15 @@ which Keras's PyDataset, Sequence and generator adapters use, and ``py_function`
 ``numpy_function`` maps). The loop's own Python between graph calls must take the GIL back each
 time: with one loading thread busy the fetch in the graph was ~80 % of a step and the loop
 waited for the GIL most of the rest; with two, the fetch was a quarter of it. So on TensorFlow,
-for such inputs, the loop thread's time *asleep* outside the graph calls and the user's
-callbacks (wall less its CPU time and run-queue wait, ``gil_clocks``) is data wait too, up to
-the loading's busy time in the step: outside the graph the loop blocks on nothing but the GIL
-(callbacks are asynchronous, the user's synchronous ones are subtracted), and only a loading
-thread holds it for the loading. The cap matters on a loaded host: there any GIL holder may
-lose its core while holding it, and an idle pool's threads hold none. Asleep
-*inside* a graph call, the loop waits for TensorFlow's threads (compute) or, as the call
-returns, for the GIL; the two cannot be told apart, so that stays compute.
+for such inputs, the loop thread's time *off its CPU* outside the graph's work and the user's
+callbacks (wall less its CPU time, ``gil_clocks``) is data wait too, up to the loading's busy
+time in the step: outside the graph's work the loop blocks on nothing but the GIL (callbacks
+are asynchronous, the user's synchronous ones are subtracted) or a core, and only loading
+threads hold the GIL or the cores between graph calls. That includes the return of each graph
+call after its work ended: with two loading threads busy it was ~5.5 ms of a ~12 ms call, a
+switch interval. The cap matters on a loaded host: there any GIL holder may lose its core while
+holding it, and an idle pool's threads hold none. The graph's own time up to its end stays
+compute (the loop's thread may run a little of it: that is not counted as waiting).
 
 Standard library only: this runs inside the user's interpreter.
 """
@@ -143,16 +147,18 @@ class KerasSteps:
         self.pulled = 0
         self.per_step = 1
         # The train function's graph, timed by ``time_graph_calls`` (TensorFlow only): the open
-        # step's graph seconds and calls, and the run's steady training steps.
+        # step's graph seconds and calls, its last call's wall-clock span (``time.time()``, the
+        # graph clock's), and the run's steady training steps.
         self.graph_s = 0.0
         self.graph_calls = 0
+        self.last_call = (0.0, 0.0)
         self.train_calls: TrainCalls | None = None
-        # The loop thread's clock of time asleep and the loading threads' busy clock (see the
-        # module doc), set while loading runs Python on a thread pool of this process; their
-        # readings at the open step's start, and the share of its graph calls asleep.
-        self.asleep: Callable[[], float] | None = None
+        # The loop thread's off-CPU clock and the loading threads' busy clock (see the module
+        # doc), set while loading runs Python in this process; their readings at the open
+        # step's start.
+        self.off_cpu: Callable[[], float] | None = None
         self.loader_busy: Callable[[], float] | None = None
-        self.sleep0 = self.busy0 = self.graph_sleep = 0.0
+        self.off0 = self.busy0 = 0.0
         self.graph_clock: GraphClock | None = None  # the fetches' waits, clocked in the graph
 
     # -- producers -------------------------------------------------------------------------------
@@ -217,14 +223,14 @@ class KerasSteps:
             self._stage_fact(ph)
         return ph
 
-    def graph_ran(self, t0: float, t1: float, slept: float = 0.0) -> None:
-        """TensorFlow ran a function's graph from ``t0`` to ``t1``, the calling thread asleep
-        ``slept`` of it (any thread: only the loop's own calls, inside a step window, count)."""
+    def graph_ran(self, t0: float, t1: float) -> None:
+        """TensorFlow ran a function's graph from ``t0`` to ``t1`` (``time.time()``; any thread:
+        only the loop's own calls, inside a step window, count)."""
         if self.t_begin is None or threading.get_ident() != self.main_thread_id:
             return
         self.graph_calls += 1
         self.graph_s += t1 - t0
-        self.graph_sleep += slept
+        self.last_call = (t0, t1)
 
     def _calls_fact(self, ph: PhaseState) -> None:
         found = self.train_calls.fact() if self.train_calls is not None else None
@@ -250,11 +256,11 @@ class KerasSteps:
             self.callback_s += dt
 
     def _gil_now(self) -> tuple[float, float]:
-        """(the loop thread's asleep clock, the loading threads' busy clock) now; zeros when
+        """(the loop thread's off-CPU clock, the loading threads' busy clock) now; zeros when
         not watched (see ``gil_clocks``)."""
-        if self.asleep is None or self.loader_busy is None:
+        if self.off_cpu is None or self.loader_busy is None:
             return 0.0, 0.0
-        return self.asleep(), self.loader_busy()
+        return self.off_cpu(), self.loader_busy()
 
     def _reset(self, gil: tuple[float, float] | None = None) -> None:
         """A new step window opens; ``gil``: the clocks as the last one closed (read if None)."""
@@ -264,31 +270,35 @@ class KerasSteps:
         self.pulled = 0
         self.graph_s = 0.0
         self.graph_calls = 0
-        self.graph_sleep = 0.0
-        self.sleep0, self.busy0 = self._gil_now() if gil is None else gil
+        self.off0, self.busy0 = self._gil_now() if gil is None else gil
 
     def _close(self, t: float) -> None:
         if self.t_begin is None or self.phase is None:
             return
+        # read with ``t``, before the graph clock's read: that op gives up the GIL, and the
+        # wait to take it back belongs to the next step, whose window opens at ``t``
+        gil = self._gil_now()
         wait = self.blocked_s
         images = self.pulled_images if self.pulled > 0 else None
-        fetches, waited, fetched_images = (self.graph_clock.take() if self.graph_clock
-                                           is not None else (0, 0.0, -1))
+        fetches, waited, fetched_images, end = (self.graph_clock.take() if self.graph_clock
+                                                is not None else (0, 0.0, -1, 0.0))
         if fetches > 0:  # TensorFlow: the fetches clocked inside the graph calls
             wait += waited
             if fetched_images >= 0:
                 images = fetched_images
+        graph = self.graph_s
+        if self.graph_calls > 0 and self.last_call[0] <= end <= self.last_call[1]:
+            graph -= self.last_call[1] - end  # the last call's return, after its graph's work
         if images is None:
             images = self.images_fn(self.first, self.first + self.per_step - 1)
         wait = min(wait, max(t - self.t_start, 0.0))
         if self.train_calls is not None and self.graph_calls > 0 \
                 and self.phase.phase == "train" and self.phase.steps >= self.phase.warm:
             # TensorFlow fetches the batch inside the graph: its wait is part of the graph time
-            self.train_calls.add(max(t - self.t_start, 0.0), self.graph_s, wait, self.per_step)
-        gil = self._gil_now()
-        if self.asleep is not None and self.loader_busy is not None:
-            # waiting for the GIL the loading threads hold, while they were loading
-            slept = gil[0] - self.sleep0 - self.graph_sleep - self.callback_s
+            self.train_calls.add(max(t - self.t_start, 0.0), graph, wait, self.per_step)
+        if self.off_cpu is not None and self.loader_busy is not None:
+            # waiting for the GIL or a core the loading threads hold, while they were loading
+            slept = gil[0] - self.off0 - graph - self.callback_s
             busy = gil[1] - self.busy0
             wait = min(wait + max(min(slept, busy), 0.0), max(t - self.t_start, 0.0))
         self.rec.begin_step(self.phase, self.t_start, self.t_start + wait, images)
@@ -311,20 +321,15 @@ def time_graph_calls(steps: KerasSteps) -> None:
     inner = cls.call_function
     if getattr(inner, "_stepscope", False):
         return
-    clock, ran = steps.clock, steps.graph_ran
-
-    main = steps.main_thread_id
+    ran = steps.graph_ran
 
     def call_function(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # only the loop's thread reads its clock (each thread keeps a schedstat descriptor)
-        asleep = steps.asleep if threading.get_ident() == main else None
-        s0 = asleep() if asleep is not None else 0.0
-        t0 = clock()
+        # the wall clock: the graph's end is clocked by tf.timestamp, on the same clock
+        t0 = time.time()
         try:
             return inner(self, *args, **kwargs)
         finally:
-            t1 = clock()
-            ran(t0, t1, asleep() - s0 if asleep is not None else 0.0)
+            ran(t0, time.time())
 
     call_function._stepscope = True  # type: ignore[attr-defined]
     cls.call_function = call_function
@@ -332,37 +337,28 @@ def time_graph_calls(steps: KerasSteps) -> None:
 
 
 def gil_clocks(clock: Callable[[], float]) -> tuple[Callable[[], float], Callable[[], float]]:
-    """``(asleep, loader_busy)``: the calling thread's time asleep (``clock()`` less its CPU
-    time and run-queue wait, ``thread_sched``; each thread reads its own) and the loading's
-    busy seconds (PyDataset worker threads, ``threads_busy_now``, and Python ops on
+    """``(off_cpu, loader_busy)``: the calling thread's time off its CPU (``clock()`` less its
+    CPU time: asleep, or runnable and waiting for a core; each thread reads its own) and the
+    loading's busy seconds (PyDataset worker threads, ``threads_busy_now``, and Python ops on
     TensorFlow's threads, ``py_busy_now``). Only differences mean anything."""
     if TYPE_CHECKING:
         from stepscope.observe.inject.stepscope_watch_keras_clock import py_busy_now
-        from stepscope.observe.inject.stepscope_watch_stages import (
-            thread_sched,
-            threads_busy_now,
-        )
+        from stepscope.observe.inject.stepscope_watch_stages import threads_busy_now
     else:
         try:  # in the watched interpreter a top-level module (see sitecustomize)
             from stepscope_watch_keras_clock import py_busy_now
-            from stepscope_watch_stages import thread_sched, threads_busy_now
+            from stepscope_watch_stages import threads_busy_now
         except ImportError:  # in-process, for stepscope.keras.Callback
             from stepscope.observe.inject.stepscope_watch_keras_clock import py_busy_now
-            from stepscope.observe.inject.stepscope_watch_stages import (
-                thread_sched,
-                threads_busy_now,
-            )
+            from stepscope.observe.inject.stepscope_watch_stages import threads_busy_now
 
-    def asleep() -> float:
-        # (thread_sched's CPU is the thread's CPU clock: schedstat's own on-CPU figure lags by
-        # up to a tick and read ~1 ms of a 9 ms compute-bound step as sleep.)
-        cpu, rq = thread_sched()
-        return clock() - cpu - rq
+    def off_cpu() -> float:
+        return clock() - time.thread_time()
 
     def loader_busy() -> float:
         return threads_busy_now() + py_busy_now()
 
-    return asleep, loader_busy
+    return off_cpu, loader_busy
 
 
 class TimedIterable:

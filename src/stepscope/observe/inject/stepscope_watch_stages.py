@@ -333,10 +333,15 @@ class ThreadTimer:
         row = self._row
         if row is None:
             return
-        _open[self._tid] = 0.0  # before the busy time lands: a reader may miss it, not count it twice
-        dt, cpu, rq = _since(self._t0, self._cpu0, self._rq0)
-        children = self._b.local.stack.pop() if self._b is not None else 0.0
+        # The busy time lands and the open batch closes in two adjacent bytecodes, before
+        # schedstat's read releases the GIL: a reader (the loop, at each step) sees one or the
+        # other, not neither for the length of a system call.
+        dt = time.perf_counter() - self._t0
         row[_BUSY] += dt
+        _open[self._tid] = 0.0
+        cpu, rq = thread_sched()
+        cpu, rq = max(0.0, cpu - self._cpu0), max(0.0, rq - self._rq0)
+        children = self._b.local.stack.pop() if self._b is not None else 0.0
         row[_CPU] += cpu
         row[_RUNQ] += rq
         row[_BATCHES] += 1.0
