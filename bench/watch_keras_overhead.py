@@ -7,8 +7,8 @@ arrays; Adam, a validation pass per epoch) bare and under
 times its own epochs with an epoch-level callback (no batch hooks, the same in both runs) and
 reports its best training epoch after the first (which traces the train function), so process
 start-up, imports and tracing are not counted: only what watching adds while training runs —
-the watch callback, the clock on the PyDataset's generator (or the mark at the end of the
-tf.data pipeline), the timed graph calls, the parent's samplers. It also reports the training
+the watch callback, the graph clock (ops traced around each fetch and after each step's
+work, read once a step), the timed graph calls, the parent's samplers. It also reports the training
 process's CPU time per image, watched / bare. On a quiet machine the pairs agree within a few
 per cent; on a loaded one a pair swings by ±20 %, and ``watch_keras_step_cost.py`` measures the
 cost directly.

@@ -34,8 +34,9 @@ from typing import Any
 
 class GraphClock:
     """The running sum of clocked fetches, ``(fetches, seconds waited, images, fetches of
-    unknown size)``, the latest end of a step's graph work (seconds after ``base``), and what
-    the loop has taken of them.
+    unknown size)``, the latest end of a step's graph work (``tf.timestamp``, the wall clock's
+    seconds: a float64 holds them to a quarter of a microsecond), and what the loop has taken
+    of them.
 
     Args:
         tf: the ``tensorflow`` module.
@@ -49,9 +50,6 @@ class GraphClock:
         self.read: Callable[[], Any] = lambda: self.sums.numpy()
         self.taken = (0.0, 0.0, 0.0, 0.0)
         self.lock = threading.Lock()
-        # ends are kept as seconds after this wall-clock time (tf.timestamp's clock): small
-        # numbers, exact to the microsecond in a float64
-        self.base = time.time()
 
     def make(self) -> None:
         """Make the sum's variable now (eagerly, before a graph is traced), on the CPU: the
@@ -110,8 +108,9 @@ class GraphClock:
         graph = tf.compat.v1.get_default_graph()
         deps += [op for op in graph.get_operations() if getattr(op, "_is_stateful", False)]
         with tf.device("/CPU:0"), tf.control_dependencies(deps):
-            t = tf.timestamp() - self.base
-            self.sums.scatter_max(tf.IndexedSlices(tf.reshape(t, [1]), tf.constant([4])))
+            # two ops: each op costs the executor a few microseconds on this host
+            tf.raw_ops.ResourceScatterMax(resource=self.sums.handle, indices=tf.constant(4),
+                                          updates=tf.timestamp())
 
     def take(self) -> tuple[int, float, int, float]:
         """(fetches, seconds waited, images; -1 when a fetch's size is unknown) since the last
@@ -123,8 +122,7 @@ class GraphClock:
         with self.lock:
             last, self.taken = self.taken, now[:4]  # type: ignore[assignment]
         fetches, waited, images, unknown = (a - b for a, b in zip(now[:4], last, strict=True))
-        end = self.base + now[4] if now[4] > 0 else 0.0
-        return round(fetches), waited, -1 if unknown > 0.5 else round(images), end
+        return round(fetches), waited, -1 if unknown > 0.5 else round(images), now[4]
 
 
 def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:
@@ -146,8 +144,9 @@ def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:
             return None
         if flat[0].shape.rank is not None and flat[0].shape[0] is not None:
             return tf.constant(float(flat[0].shape[0]), tf.float64)
-        # the first dimension at run time (a numpy_function's output has no static shape; a
-        # scalar gives 0)
+        if flat[0].shape.rank is not None:  # the first dimension at run time
+            return tf.cast(tf.shape(flat[0], out_type=tf.int64)[0], tf.float64)
+        # of unknown rank (a numpy_function's output has no static shape): a scalar gives 0
         return tf.cast(tf.reduce_sum(tf.shape(flat[0], out_type=tf.int64)[:1]), tf.float64)
 
     def _next_internal(self: Any) -> Any:
