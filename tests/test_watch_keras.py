@@ -176,6 +176,36 @@ def test_pydataset_worker_threads_gil_bound(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_worker_threads_on_jax_and_torch(tmp_path: Path, backend: str) -> None:
+    """Planted: PyDataset(workers=2) on threads, 150 ms of Python per batch, a tiny model, on the
+    JAX and torch backends, whose loops pull batches with next() in Python. The loop's next()
+    rarely waits (two threads keep the queue fed), but every other line of the loop waits for
+    the GIL the threads hold: a torch step's ~30 ops each give it up and take it back. That is
+    waiting for the data (~95 % of a step is true): read as compute, it made the run
+    compute-bound at 3-18 % wait."""
+    s = _run(tmp_path, backend, "pydataset", str(INPUT_MS), "dense", "--workers", "2",
+             "--steps", "24")
+    assert s["loader"]["gil_wait_counted"] is True, s["loader"]
+    for p in _train(s):
+        assert p["verdict"] == "input-bound" and p["input_cause"] == "workers", p
+        assert p["data_wait_frac"] >= 0.75, p
+    f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    assert "use_multiprocessing=True (now 2 threads)" in f["fix"], f
+    _assert_keras_words(s)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_worker_threads_compute_bound_on_jax_and_torch(tmp_path: Path, backend: str) -> None:
+    """The same two threads making instant batches for three convolutions: their busy time is
+    small, and the loop's time off its CPU (the convolutions' threads, its own waits) is not
+    counted as data wait beyond it."""
+    s = _run(tmp_path, backend, "pydataset", "0", "conv", "--workers", "2", "--steps", "24")
+    _assert_compute_bound(s, 24)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "kind"), [("tensorflow", "pydataset"),
                                                ("tensorflow", "tfdata"),
                                                ("jax", "pydataset"), ("torch", "pydataset")])

@@ -48,9 +48,10 @@ class _FetchClock:
     def __init__(self) -> None:
         self.rows: list[tuple[int, float, int]] = []
         self.end = 0.0  # the latest end of a step's graph work
+        self.start = 0.0  # ... and the start of its graph
 
-    def take(self) -> tuple[int, float, int, float]:
-        return (*(self.rows.pop(0) if self.rows else (0, 0.0, -1)), self.end)
+    def take(self) -> tuple[int, float, int, float, float]:
+        return (*(self.rows.pop(0) if self.rows else (0, 0.0, -1)), self.end, self.start)
 
 
 def test_tensorflow_wait_is_the_fetch_clocked_in_the_graph() -> None:
@@ -173,10 +174,11 @@ def test_tensorflow_graph_time_is_split_from_the_step() -> None:
 
 
 def test_graph_call_return_is_the_loops_and_its_gil_wait_is_data_wait() -> None:
-    """A graph call whose work ended (clocked in the graph) 5 ms before it returned: the loop's
-    thread waited that long for the GIL a loading thread held. The graph's time is the call's up
-    to that end, and the loop's time off its CPU outside the graph's work, up to the loading's
-    busy time, is data wait."""
+    """A graph call that started 1 ms after the call (its dispatch, on the loop's CPU) and whose
+    work ended 5 ms before it returned (both clocked in the graph): the loop's thread waited that
+    long for the GIL a loading thread held. The graph's time is the call's between the two, and
+    the loop's time off its CPU outside the graph's work, up to the loading's busy time, is data
+    wait."""
     steps, clock, fd, rec = _setup()
     steps.train_calls = TrainCalls()
     fetches = _FetchClock()
@@ -189,6 +191,9 @@ def test_graph_call_return_is_the_loops_and_its_gil_wait_is_data_wait() -> None:
     for i in range(recorder.WARMUP_STEPS + 2):
         steps.batch_begin(i)
         t0 = clock.t
+        clock.t += 0.001                     # the dispatch, on the loop's CPU
+        cpu[0] += 0.001
+        fetches.start = clock.t
         fetches.rows.append((1, 0.010, 8))  # 10 ms blocked in get_next
         clock.t += 0.012                     # 2 ms of the graph's own work after it
         fetches.end = clock.t
@@ -203,10 +208,41 @@ def test_graph_call_return_is_the_loops_and_its_gil_wait_is_data_wait() -> None:
     with os.fdopen(fd, "rb") as f:
         msgs = [json.loads(line) for line in f]
     got = [(m[4], m[5]) for m in msgs if m[0] == "S"]
-    assert got[1:] == [pytest.approx((0.020, 0.017))] * (len(got) - 1)
+    assert got[1:] == [pytest.approx((0.021, 0.017))] * (len(got) - 1)
     calls = next(m[2] for m in msgs if m[0] == "F" and m[1] == "loop.keras_train_calls")
     assert isinstance(calls, dict)
     assert calls["work_median_s"] == pytest.approx(0.002)  # to the graph's end, less the wait
+
+
+def test_torch_loop_gil_wait_outside_next_is_data_wait() -> None:
+    """torch (or JAX) with PyDataset worker threads: the pull is timed; the loop's time off its
+    CPU outside it (its ops waiting to take the GIL back) is data wait too, up to the threads'
+    busy time, and the pull is not counted twice."""
+    steps, clock, fd, rec = _setup()
+    steps.pull_cuts = True
+    cpu, busy = [0.0], [0.0]
+    steps.off_cpu = lambda: clock.t - cpu[0]
+    steps.loader_busy = lambda: busy[0]
+
+    def batches():  # type: ignore[no-untyped-def]
+        for _ in range(3):
+            clock.t += 0.010  # the queue had none ready: 10 ms asleep in next()
+            busy[0] += 0.020
+            yield (np.zeros((4, 1)), np.zeros(4))
+
+    it = iter(TimedIterable(batches(), steps, clock))
+    steps.phase_begin("train", lambda a, b: 0, 1)
+    for i in range(2):
+        next(it)
+        steps.batch_begin(i)
+        clock.t += 0.002  # the step's ops on the loop's CPU
+        cpu[0] += 0.002
+        clock.t += 0.030  # ... and waiting for the GIL between them
+        busy[0] += 0.060
+    next(it)  # ends step 1
+    steps.phase_end()
+    got = _steps(rec, fd)
+    assert got[:2] == [pytest.approx((0.042, 0.040, 4))] * 2
 
 
 GRAPH_CLOCK_SCRIPT = r'''
@@ -253,21 +289,22 @@ for _ in range(3):
     t0 = time.time()
     step(it)
     t1 = time.time()
-n, waited, images, end = clock.take()
+n, waited, images, end, start = clock.take()
 assert n == 3 and images == 12 and 0.08 <= waited <= 0.5, (n, waited, images)
-assert t0 <= end <= t1, (t0, end, t1)  # the last call's graph ended inside it
+assert t0 <= start <= end <= t1, (t0, start, end, t1)  # the last call's graph, inside it
+assert end - start >= 0.025, (start, end)  # its fetch waited 30 ms for the map
 assert kclock.py_busy_now() - busy0 >= 0.085
 steps_of_two(it)  # traced, while tf.data's injected prefetch fills behind it
 clock.take()
 steps_of_two(iter(pipeline()))
-n, waited, images, _ = clock.take()
+n, waited, images, _, _ = clock.take()
 assert n == 2 and images == 8 and waited >= 0.04, (n, waited, images)
 it = iter(pipeline().prefetch(4))  # a full buffer: the fetch costs only itself
 step(it)
 time.sleep(0.3)
 clock.take()
 step(it)
-n, waited, images, _ = clock.take()
+n, waited, images, _, _ = clock.take()
 assert n == 1 and images == 4 and waited < 0.02, (n, waited, images)
 next(it)  # fetched eagerly, in Python
 assert len(eager) == 1 and eager[0][1] == 4, eager

@@ -173,16 +173,23 @@ def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasS
 
 
 def _watch_gil(steps: KerasSteps, train_in: dict[str, object], rec: Recorder) -> None:
-    """On TensorFlow (its graph calls timed), loading that runs Python in this process: count
-    the loop thread's time off its CPU outside the graph's work, up to the loading's busy time
-    in the step, as data wait (see ``stepscope_watch_keras_steps``). That is a PyDataset, Sequence or generator
-    not on worker processes (Keras runs them through ``Dataset.from_generator``, whose Python
-    runs on tf.data's threads, and a PyDataset's ``workers`` on a thread pool), or a ``tf.data``
-    pipeline once any Python op has been made (its ``py_function``/``numpy_function`` maps)."""
+    """Loading that runs Python in this process beside the loop: count the loop thread's time
+    off its CPU outside the graph's work and its pulls, up to the loading's busy time in the
+    step, as data wait (see ``stepscope_watch_keras_steps``). On TensorFlow (its graph calls
+    timed) that is a PyDataset, Sequence or generator not on worker processes (Keras runs them
+    through ``Dataset.from_generator``, whose Python runs on tf.data's threads, and a
+    PyDataset's ``workers`` on a thread pool). On JAX and torch a PyDataset's worker threads
+    (``workers > 1``; with one worker the loop runs ``__getitem__`` itself, inside the timed
+    ``next()``). On every backend, a ``tf.data`` pipeline once any Python op has been made (its
+    ``py_function``/``numpy_function`` maps)."""
     kind = train_in.get("kind")
-    python = (kind in ("PyDataset", "ImageDataGenerator", "generator")
-              and not train_in.get("multiprocessing")) or (kind == "tf.data" and py_funcs_made())
-    if steps.train_calls is None or not python:
+    in_process = kind in ("PyDataset", "ImageDataGenerator", "generator") \
+        and not train_in.get("multiprocessing")
+    if steps.train_calls is None:  # JAX, torch: only a thread pool runs beside the loop
+        workers = train_in.get("workers")
+        in_process = in_process and kind != "generator" and isinstance(workers, int) \
+            and workers > 1
+    if not (in_process or (kind == "tf.data" and py_funcs_made())):
         steps.off_cpu = steps.loader_busy = None
         return
     steps.off_cpu, steps.loader_busy = gil_clocks(steps.clock)
@@ -190,10 +197,10 @@ def _watch_gil(steps: KerasSteps, train_in: dict[str, object], rec: Recorder) ->
         rec.fact("loop.keras_gil_wait", True,
                  "watch: the loading runs Python in the training process, so "
                  "the loop thread's time off its CPU outside the graph's work (clocked in the "
-                 "graph up to each step's end) and the user's callbacks, up to the loading's "
-                 "busy time in the step (PyDataset worker threads, Python ops on tf.data's "
-                 "threads), is counted as data wait: it waits for the GIL or a core the "
-                 "loading holds")
+                 "graph from its start to each step's end), its timed next() and the user's "
+                 "callbacks, up to the loading's busy time in the step (PyDataset worker "
+                 "threads, Python ops on tf.data's threads), is counted as data wait: it waits "
+                 "for the GIL or a core the loading holds")
 
 
 def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder,

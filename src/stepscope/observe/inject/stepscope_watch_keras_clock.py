@@ -12,10 +12,15 @@ small variable (``GraphClock``). The loop reads the sum once per step and takes 
 The end of each step's graph work is clocked too (``GraphClock.ended``, traced after the step's
 outputs): what a graph call takes after it is the call's return, and as it returns the loop's
 thread must take the GIL back, which loading threads that run Python may hold for a
-switch interval (5 ms) or more. The end is kept in the same variable, as the latest one.
+switch interval (5 ms) or more. The end is kept in the same variable, as the latest one, with
+the start of the graph that clocked it: the first fetch's first clock op has no inputs, so it
+runs as the graph starts. The call's time before that start (its dispatch) and after the end
+(its return) is paid once per call, which ``steps_per_execution`` divides.
 
-The clock's ops run on the graph's threads, ~30-45 us of CPU a step here, and the read ~6 us;
-the pipeline is untouched. (A ring of per-fetch rows cost ~100 us more in ops and its read
+The clock's ops run on the graph's threads; with the loop's read of the variable they cost
+~55 us of CPU a step here, the batch's size ~15 us more where its first dimension is known only
+at run time, and the end ~10 us (each op costs the executor a few microseconds on this 2-core
+host). The pipeline is untouched. (A ring of per-fetch rows cost ~100 us more in ops and its read
 ~150 us in Python; the mark this replaced, appended to the pipeline, ran on the pipeline's
 thread and cost the bench CNN ~5 % of its throughput on 2 cores: docs/performance.md.)
 
@@ -59,7 +64,7 @@ class GraphClock:
             if self.sums is not None:
                 return
             with tf.init_scope(), tf.device("/CPU:0"):  # eager, even while tracing
-                self.sums = tf.Variable(tf.zeros([5], tf.float64), trainable=False,
+                self.sums = tf.Variable(tf.zeros([6], tf.float64), trainable=False,
                                         name="stepscope_fetch_clock")
                 try:  # the bare read op: ~6 us here, where Variable.numpy() took ~18
                     from tensorflow.python.ops import gen_resource_variable_ops as ops
@@ -80,6 +85,10 @@ class GraphClock:
         self.make()
         with tf.device("/CPU:0"):
             t0 = tf.timestamp()
+        graph = tf.compat.v1.get_default_graph()
+        if getattr(graph, "_stepscope_start", None) is None:
+            # an op with no inputs runs as the graph starts: the call's start, for ``ended``
+            graph._stepscope_start = t0
         with tf.control_dependencies([t0]):
             element = fetch()
         with tf.device("/CPU:0"):
@@ -88,7 +97,7 @@ class GraphClock:
             n = images(element)
             one, zero = tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
             row = [one, t1 - t0, zero, one] if n is None else [one, t1 - t0, n, zero]
-            row.append(zero)  # the end column: not summed
+            row += [zero, zero]  # the end and start columns: not summed
             # read_value=False: no read op after it (the loop reads the sum itself)
             self.sums.assign_add(tf.stack(row), read_value=False)
         return element
@@ -107,22 +116,28 @@ class GraphClock:
         # stateful op traced so far in this graph is (the updates, the fetch, the counters).
         graph = tf.compat.v1.get_default_graph()
         deps += [op for op in graph.get_operations() if getattr(op, "_is_stateful", False)]
+        start = getattr(graph, "_stepscope_start", None)
         with tf.device("/CPU:0"), tf.control_dependencies(deps):
-            # two ops: each op costs the executor a few microseconds on this host
-            tf.raw_ops.ResourceScatterMax(resource=self.sums.handle, indices=tf.constant(4),
-                                          updates=tf.timestamp())
+            # few ops: each costs the executor a few microseconds on this host
+            if start is None:  # no fetch clocked in this graph (steps_per_execution's loop)
+                tf.raw_ops.ResourceScatterMax(resource=self.sums.handle, indices=tf.constant(4),
+                                              updates=tf.timestamp())
+            else:  # with the graph's start, clocked by its first fetch's clock
+                tf.raw_ops.ResourceScatterMax(resource=self.sums.handle,
+                                              indices=tf.constant([4, 5]),
+                                              updates=tf.stack([tf.timestamp(), start]))
 
-    def take(self) -> tuple[int, float, int, float]:
+    def take(self) -> tuple[int, float, int, float, float]:
         """(fetches, seconds waited, images; -1 when a fetch's size is unknown) since the last
-        take, and the latest end of a step's graph work (``time.time()`` seconds; 0 when none
-        yet): one read of the variable."""
+        take, the latest end of a step's graph work and the latest start of a graph that
+        clocked one (``time.time()`` seconds; 0 when none yet): one read of the variable."""
         if self.sums is None:
-            return 0, 0.0, -1, 0.0
+            return 0, 0.0, -1, 0.0, 0.0
         now = tuple(float(v) for v in self.read())
         with self.lock:
             last, self.taken = self.taken, now[:4]  # type: ignore[assignment]
         fetches, waited, images, unknown = (a - b for a, b in zip(now[:4], last, strict=True))
-        return round(fetches), waited, -1 if unknown > 0.5 else round(images), now[4]
+        return round(fetches), waited, -1 if unknown > 0.5 else round(images), now[4], now[5]
 
 
 def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:

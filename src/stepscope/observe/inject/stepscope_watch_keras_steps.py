@@ -26,29 +26,34 @@ between them were nil, an upper bound that is exact for n = 1.
 
 On TensorFlow (Keras 3 and tf-keras) the train function's graph is timed apart from the step
 (``time_graph_calls``): TensorFlow runs a ``tf.function``'s graph in ``Context.call_function``,
-wrapped with a clock pair, and the end of the step's work is clocked in the graph
-(``GraphClock.ended``). The graph's time is the call's up to that end: the call's return
-after it (the outputs handed back, the GIL taken back) is the loop's. Each steady training step
+wrapped with a clock pair, and the start of the graph and the end of the step's work are
+clocked in it (``GraphClock.ended``). The graph's time is the call's between the two: the
+call's dispatch before (arguments, the executor's set-up) and its return after (the outputs
+handed back, the GIL taken back) are the loop's. Each steady training step
 gives its wall time and the graph's time; the rest of the step (the callbacks, Keras's
 per-batch Python, the function's dispatch and return) is paid once per call, which
 ``steps_per_execution`` divides (fact ``loop.keras_train_calls``: sums, and per call the
 graph's own work, less the data wait in it: median and 10th percentile).
 
 Loading that runs Python in the training process holds the GIL while it runs: a PyDataset's
-worker threads, and the Python TensorFlow's own threads run as ops (``Dataset.from_generator``,
-which Keras's PyDataset, Sequence and generator adapters use, and ``py_function`` or
-``numpy_function`` maps). The loop's own Python between graph calls must take the GIL back each
-time: with one loading thread busy the fetch in the graph was ~80 % of a step and the loop
-waited for the GIL most of the rest; with two, the fetch was a quarter of it. So on TensorFlow,
-for such inputs, the loop thread's time *off its CPU* outside the graph's work and the user's
-callbacks (wall less its CPU time, ``gil_clocks``) is data wait too, up to the loading's busy
-time in the step: outside the graph's work the loop blocks on nothing but the GIL (callbacks
-are asynchronous, the user's synchronous ones are subtracted) or a core, and only loading
-threads hold the GIL or the cores between graph calls. That includes the return of each graph
-call after its work ended: with two loading threads busy it was ~5.5 ms of a ~12 ms call, a
-switch interval. The cap matters on a loaded host: there any GIL holder may lose its core while
-holding it, and an idle pool's threads hold none. The graph's own time up to its end stays
-compute (the loop's thread may run a little of it: that is not counted as waiting).
+worker threads (on every backend), and the Python TensorFlow's own threads run as ops
+(``Dataset.from_generator``, which Keras's PyDataset, Sequence and generator adapters use, and
+``py_function`` or ``numpy_function`` maps). The loop's own Python between graph calls must take
+the GIL back each time: with one loading thread busy the fetch in the graph was ~80 % of a step
+and the loop waited for the GIL most of the rest; with two, the fetch was a quarter of it. On
+JAX and torch the loop's ``next()`` rarely waits when two threads feed the queue, but every
+other line of the loop waits for the GIL (a torch step's ops each give it up and take it back).
+So for such inputs the loop thread's time *off its CPU* outside the graph's work (TensorFlow),
+its timed pulls (JAX, torch) and the user's callbacks (wall less its CPU time, ``gil_clocks``)
+is data wait too, up to the loading's busy time in the step: there the loop blocks on nothing
+but the GIL (callbacks are asynchronous, the user's synchronous ones are subtracted) or a core,
+and only loading threads hold the GIL or the cores between graph calls. That includes each
+graph call's return after its work ended: with two loading threads busy it was ~5.5 ms of a
+~12 ms call, a switch interval. The cap matters on a loaded host: there any GIL holder may lose
+its core while holding it, and an idle pool's threads hold none. The graph's own time stays
+compute (the loop's thread may run a little of it: that is not counted as waiting). On JAX the
+loop may also block on the device's results outside ``next()``; with loading threads busy that
+counts as data wait up to their busy time (not told apart).
 
 Standard library only: this runs inside the user's interpreter.
 """
@@ -145,6 +150,7 @@ class KerasSteps:
         self.callback_s = 0.0
         self.pulled_images = 0
         self.pulled = 0
+        self.pull_s = 0.0  # the loop's time inside next() (JAX, torch; TensorFlow run eagerly)
         self.per_step = 1
         # The train function's graph, timed by ``time_graph_calls`` (TensorFlow only): the open
         # step's graph seconds and calls, its last call's wall-clock span (``time.time()``, the
@@ -175,6 +181,7 @@ class KerasSteps:
         was computing at its start/end (JAX; unknown elsewhere: False)."""
         if threading.get_ident() != self.main_thread_id:
             return
+        self.pull_s += dt
         if busy_after:  # the device computed through the whole pull: it did not wait
             dt = 0.0
         elif busy_before:  # it finished somewhere during the pull: half, as an estimate
@@ -268,6 +275,7 @@ class KerasSteps:
         self.callback_s = 0.0
         self.pulled_images = 0
         self.pulled = 0
+        self.pull_s = 0.0
         self.graph_s = 0.0
         self.graph_calls = 0
         self.off0, self.busy0 = self._gil_now() if gil is None else gil
@@ -280,15 +288,18 @@ class KerasSteps:
         gil = self._gil_now()
         wait = self.blocked_s
         images = self.pulled_images if self.pulled > 0 else None
-        fetches, waited, fetched_images, end = (self.graph_clock.take() if self.graph_clock
-                                                is not None else (0, 0.0, -1, 0.0))
+        fetches, waited, fetched_images, end, start = (
+            self.graph_clock.take() if self.graph_clock is not None else (0, 0.0, -1, 0.0, 0.0))
         if fetches > 0:  # TensorFlow: the fetches clocked inside the graph calls
             wait += waited
             if fetched_images >= 0:
                 images = fetched_images
         graph = self.graph_s
-        if self.graph_calls > 0 and self.last_call[0] <= end <= self.last_call[1]:
-            graph -= self.last_call[1] - end  # the last call's return, after its graph's work
+        t0, t1 = self.last_call
+        if self.graph_calls > 0 and t0 <= end <= t1:
+            # the last call's dispatch, before its graph started, and its return after the
+            # step's work ended are the loop's (a start clocked with an earlier end is older)
+            graph -= t1 - end + (start - t0 if t0 <= start <= end else 0.0)
         if images is None:
             images = self.images_fn(self.first, self.first + self.per_step - 1)
         wait = min(wait, max(t - self.t_start, 0.0))
@@ -298,7 +309,8 @@ class KerasSteps:
             self.train_calls.add(max(t - self.t_start, 0.0), graph, wait, self.per_step)
         if self.off_cpu is not None and self.loader_busy is not None:
             # waiting for the GIL or a core the loading threads hold, while they were loading
-            slept = gil[0] - self.off0 - graph - self.callback_s
+            # (outside the graph's work, the pulls already counted and the user's callbacks)
+            slept = gil[0] - self.off0 - graph - self.pull_s - self.callback_s
             busy = gil[1] - self.busy0
             wait = min(wait + max(min(slept, busy), 0.0), max(t - self.t_start, 0.0))
         self.rec.begin_step(self.phase, self.t_start, self.t_start + wait, images)
