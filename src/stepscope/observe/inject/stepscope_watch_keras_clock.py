@@ -53,7 +53,7 @@ class GraphClock:
         self.on_eager = on_eager
         self.sums: Any = None
         self.read: Callable[[], Any] = lambda: self.sums.numpy()
-        self.taken = (0.0, 0.0, 0.0, 0.0)
+        self.taken: list[float] = [0.0] * 4
         self.lock = threading.Lock()
 
     def make(self) -> None:
@@ -133,9 +133,9 @@ class GraphClock:
         clocked one (``time.time()`` seconds; 0 when none yet): one read of the variable."""
         if self.sums is None:
             return 0, 0.0, -1, 0.0, 0.0
-        now = tuple(float(v) for v in self.read())
+        now = self.read().tolist()  # Python floats, in one call
         with self.lock:
-            last, self.taken = self.taken, now[:4]  # type: ignore[assignment]
+            last, self.taken = self.taken, now[:4]
         fetches, waited, images, unknown = (a - b for a, b in zip(now[:4], last, strict=True))
         return round(fetches), waited, -1 if unknown > 0.5 else round(images), now[4], now[5]
 
