@@ -276,7 +276,9 @@ def step(it):
 def steps_of_two(it):  # Keras's steps_per_execution loop: optional fetches in a while loop
     def body(i, total):
         opt = it.get_next_as_optional()
-        return i + 1, total + tf.reduce_sum(opt.get_value())
+        total = total + tf.reduce_sum(opt.get_value())
+        clock.ended(total)  # as tf-keras's loop body ends each step
+        return i + 1, total
 
     return tf.while_loop(lambda i, _: i < 2, body, [tf.constant(0), tf.constant(0.0)])[1]
 
@@ -296,9 +298,13 @@ assert end - start >= 0.025, (start, end)  # its fetch waited 30 ms for the map
 assert kclock.py_busy_now() - busy0 >= 0.085
 steps_of_two(it)  # traced, while tf.data's injected prefetch fills behind it
 clock.take()
+t0 = time.time()
 steps_of_two(iter(pipeline()))
-n, waited, images, _, _ = clock.take()
+t1 = time.time()
+n, waited, images, end, start = clock.take()
 assert n == 2 and images == 8 and waited >= 0.04, (n, waited, images)
+# a loop's body starts once a batch, not as the call does: its fetch clocks no graph start
+assert t0 <= end <= t1 and start < t0, (t0, start, end, t1)
 it = iter(pipeline().prefetch(4))  # a full buffer: the fetch costs only itself
 step(it)
 time.sleep(0.3)

@@ -86,7 +86,7 @@ class GraphClock:
         with tf.device("/CPU:0"):
             t0 = tf.timestamp()
         graph = tf.compat.v1.get_default_graph()
-        if getattr(graph, "_stepscope_start", None) is None:
+        if getattr(graph, "_stepscope_start", None) is None and _called_graph(graph):
             # an op with no inputs runs as the graph starts: the call's start, for ``ended``
             graph._stepscope_start = t0
         with tf.control_dependencies([t0]):
@@ -138,6 +138,14 @@ class GraphClock:
             last, self.taken = self.taken, now[:4]
         fetches, waited, images, unknown = (a - b for a, b in zip(now[:4], last, strict=True))
         return round(fetches), waited, -1 if unknown > 0.5 else round(images), now[4], now[5]
+
+
+def _called_graph(graph: Any) -> bool:
+    """Whether ``graph`` is a function's own graph, which starts as the function is called, and
+    not a loop's body or a branch (a ``steps_per_execution`` loop's body starts once a batch)."""
+    from tensorflow.python.ops import control_flow_v2_func_graphs as flow
+
+    return not isinstance(graph, flow.ControlFlowFuncGraph)
 
 
 def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:
