@@ -72,6 +72,12 @@ class Channel:
         self._pid = os.getpid()
         self._sock: Any = None
         self.broken = False
+        # a forked worker process gets a new lock: one held at the fork would stay held there
+        renew = weakref.WeakMethod(self._new_lock)  # the handler does not keep this alive
+        os.register_at_fork(after_in_child=lambda: (m := renew()) is not None and m())
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     @property
     def pending(self) -> bool:

@@ -92,10 +92,13 @@ _folder: str | None = os.environ.get(ENV_DIR) or None
 
 def _forget_board() -> None:
     # A forked child must not write into its parent's page, nor read its parent's thread's
-    # scheduler figures: it opens its own on first use.
-    global _board, _sched_fds
+    # scheduler figures: it opens its own on first use. Its lock is new too: a lock another
+    # thread held at the fork stays held in the child, where that thread does not exist (a
+    # Keras pool worker forked while the loop's thread made its board hung in ``board()``).
+    global _board, _sched_fds, _board_lock
     _board = None
     _sched_fds = threading.local()
+    _board_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_board)
