@@ -245,6 +245,19 @@ def test_torch_loop_gil_wait_outside_next_is_data_wait() -> None:
     assert got[:2] == [pytest.approx((0.042, 0.040, 4))] * 2
 
 
+def test_the_loaders_end_of_epoch_is_not_the_last_steps() -> None:
+    """Keras stops a PyDataset's worker pool on the loop's thread after the epoch's last batch
+    (``epoch_ending``): the last step ends there, and the stop is in no step."""
+    steps, clock, fd, rec = _setup()
+    steps.phase_begin("train", lambda a, b: 4, 1)
+    steps.batch_begin(0)
+    clock.t += 0.010  # the step
+    steps.epoch_ending(clock.t)
+    clock.t += 0.850  # the pool stops
+    steps.phase_end()
+    assert _steps(rec, fd) == [pytest.approx((0.010, 0.0, 4))]
+
+
 GRAPH_CLOCK_SCRIPT = r'''
 import os, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
