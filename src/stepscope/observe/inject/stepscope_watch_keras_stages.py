@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -54,16 +53,11 @@ class LoaderStages:
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
         self.lock = threading.Lock()
-        # a forked worker process gets a new lock: one held at the fork would stay held there
-        renew = weakref.WeakMethod(self._new_lock)  # the handler does not keep this alive
-        os.register_at_fork(after_in_child=lambda: (m := renew()) is not None and m())
+        board_stages.renew_lock_after_fork(self, "lock")  # a forked pool worker takes it
         self.stage_s = dict.fromkeys(STAGES, 0.0)
         self.images = 0
         self.batches = 0
         self.busy_s: dict[int, float] = {}
-
-    def _new_lock(self) -> None:
-        self.lock = threading.Lock()
 
     def add(self, stage: str, dt: float, images: int = 0) -> None:
         with self.lock:

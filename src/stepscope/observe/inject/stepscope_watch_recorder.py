@@ -42,7 +42,15 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.observe.inject import stepscope_watch_stages as board_stages
+else:
+    try:  # in the watched interpreter a top-level module (see sitecustomize)
+        import stepscope_watch_stages as board_stages
+    except ImportError:
+        from stepscope.observe.inject import stepscope_watch_stages as board_stages
 
 WARMUP_STEPS = 3  # as stepscope.observe.monitor.DEFAULT_WARMUP_STEPS
 FLUSH_EVERY_S = 0.5
@@ -72,12 +80,7 @@ class Channel:
         self._pid = os.getpid()
         self._sock: Any = None
         self.broken = False
-        # a forked worker process gets a new lock: one held at the fork would stay held there
-        renew = weakref.WeakMethod(self._new_lock)  # the handler does not keep this alive
-        os.register_at_fork(after_in_child=lambda: (m := renew()) is not None and m())
-
-    def _new_lock(self) -> None:
-        self._lock = threading.Lock()
+        board_stages.renew_lock_after_fork(self, "_lock")  # a forked loader process sends too
 
     @property
     def pending(self) -> bool:

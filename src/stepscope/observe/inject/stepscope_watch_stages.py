@@ -42,6 +42,7 @@ import mmap
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,21 @@ def _forget_board() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_board)
+
+
+def renew_lock_after_fork(owner: object, attr: str) -> None:
+    """In a forked child, give ``owner.<attr>`` a new lock.
+
+    A lock some thread held at the fork stays held in the child, where that thread does not
+    exist. The handler holds only a weak reference: it keeps no owner alive.
+    """
+    ref = weakref.ref(owner)
+
+    def renew() -> None:
+        if (o := ref()) is not None:
+            setattr(o, attr, threading.Lock())
+
+    os.register_at_fork(after_in_child=renew)
 
 
 def set_folder(folder: str | None) -> None:
