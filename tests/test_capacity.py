@@ -229,6 +229,17 @@ def test_gil_bound_threads_are_workers_with_processes_predicted() -> None:
     assert pred is not None and pred.speedup >= 1.5
 
 
+def test_threads_of_a_torch_backend_loop_are_gil_bound() -> None:
+    # Measured (keras_known.py torch pydataset 80 dense --workers 2 --cpu-clock): 2.23 s phase,
+    # 216 images, each thread inside __getitem__ ~1.5 s and on a CPU 0.97 s (65 % of it): the
+    # loop takes the GIL back between the threads' turns, and their wait for it to pick up
+    # the next batch falls outside __getitem__.
+    lf = _threads(items=216.0, worker_busy_s=[1.52, 1.48], worker_cpu_s=[0.97, 0.97],
+                  worker_runq_s=[0.01, 0.01], fetch_s=3.0, fetch_cpu_s=1.94, fetch_runq_s=0.02)
+    tf = thread_figures(lf, 2.23)
+    assert tf is not None and tf.gil_bound
+
+
 def test_threads_cause_needs_the_per_thread_measurement() -> None:
     # Without each thread's CPU (an older record) or with processes, no GIL sentence.
     assert _threads_cause(_threads(worker_cpu_s=[]))[1] is None
