@@ -99,6 +99,35 @@ def test_jax_pull_the_device_computed_through_is_no_wait() -> None:
     assert got[1] == pytest.approx((0.3, 0.0, 8))
 
 
+def test_jax_pull_the_device_finished_during_waits_from_then() -> None:
+    """A tiny model's step finishes ~1 ms into a 75 ms pull: the device waited the rest, as
+    clocked off the loop's thread (``device_done``); without that clock, half the pull."""
+    steps, clock, fd, rec = _setup()
+    busy = [True]
+    ready_at: list[float | None] = [None]
+    steps.device_busy = lambda: busy[0]
+    steps.device_done = lambda: lambda: ready_at[0]
+
+    def batches():  # type: ignore[no-untyped-def]
+        for _ in range(2):
+            ready_at[0] = clock.t + 0.001
+            clock.t += 0.075
+            busy[0] = False
+            yield (np.zeros((8, 4)), np.zeros(8))
+
+    it = iter(TimedIterable(batches(), steps, clock))
+    steps.phase_begin("train", lambda a, b: 0, 1)
+    steps.batch_begin(0)
+    next(it)
+    clock.t += 0.001
+    steps.batch_begin(1)
+    busy[0] = True
+    steps.device_done = None  # not clocked: half
+    next(it)
+    steps.phase_end()
+    assert _steps(rec, fd) == [pytest.approx((0.076, 0.074, 8)), pytest.approx((0.075, 0.0375, 8))]
+
+
 def test_torch_pull_ends_the_step() -> None:
     steps, clock, fd, rec = _setup()
     steps.pull_cuts = True
@@ -256,6 +285,35 @@ def test_the_loaders_end_of_epoch_is_not_the_last_steps() -> None:
     clock.t += 0.850  # the pool stops
     steps.phase_end()
     assert _steps(rec, fd) == [pytest.approx((0.010, 0.0, 4))]
+
+
+def test_a_step_the_device_still_computes_at_the_loaders_end_ends_when_it_is_done() -> None:
+    """JAX queues the epoch's steps faster than the device runs them: at the loader's epoch
+    end the last step's results are pending, and the step ends when they are ready, during the
+    pool's stop or after it (at the phase's end, which Keras reaches after its own wait)."""
+    steps, clock, fd, rec = _setup()
+    busy: list[bool] = [True]
+    ready_at: list[float | None] = [None]
+    steps.device_busy = lambda: busy[0]
+    steps.device_done = lambda: lambda: ready_at[0]
+
+    def epoch(dispatch: float, stop: float, ready_after: float | None, tail: float) -> None:
+        steps.phase_begin("train", lambda a, b: 4, 1)
+        steps.batch_begin(0)
+        clock.t += dispatch
+        ready_at[0] = None if ready_after is None else clock.t + ready_after
+        steps.epoch_ending(clock.t)
+        clock.t += stop  # the pool stops
+        steps.epoch_ended()
+        clock.t += tail  # Keras waits for the device's results
+        steps.phase_end()
+
+    epoch(0.002, 0.850, 0.500, 0.100)  # done 0.5 s into the stop, which overlapped it
+    epoch(0.002, 0.050, None, 1.000)  # still computing when the stop returned
+    busy[0] = False
+    epoch(0.010, 0.850, None, 0.0)  # an idle device: the stop is in no step, as elsewhere
+    assert _steps(rec, fd) == [pytest.approx((0.502, 0.0, 4)), pytest.approx((1.052, 0.0, 4)),
+                               pytest.approx((0.010, 0.0, 4))]
 
 
 GRAPH_CLOCK_SCRIPT = r'''

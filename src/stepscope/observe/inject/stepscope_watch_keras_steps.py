@@ -132,6 +132,10 @@ class KerasSteps:
         # last step's results are still pending; a pull the device was busy through is not a
         # wait of the device for data.
         self.device_busy: Callable[[], bool] | None = None
+        # JAX: starts waiting, off the loop's thread, for the last step's results; what it
+        # returns gives the clock when they were ready (None: not yet).
+        self.device_done: Callable[[], Callable[[], float | None]] | None = None
+        self._drained: Callable[[], float | None] | None = None
         # ImageDataGenerator stage counters (stepscope_watch_keras_stages.LoaderStages), once
         # that module is imported; read at phase boundaries.
         self.stages: Any = None
@@ -176,16 +180,20 @@ class KerasSteps:
             self.t_start = t
 
     def pulled_batch(self, dt: float, batch: Any, busy_before: bool = False,
-                     busy_after: bool = False) -> None:
+                     busy_after: bool = False, idle_s: float | None = None) -> None:
         """The loop's thread spent ``dt`` in ``next()`` for ``batch`` (JAX, torch); the device
-        was computing at its start/end (JAX; unknown elsewhere: False)."""
+        was computing at its start/end (JAX; unknown elsewhere: False), and was idle the last
+        ``idle_s`` of it, where that was clocked."""
         if threading.get_ident() != self.main_thread_id:
             return
         self.pull_s += dt
         if busy_after:  # the device computed through the whole pull: it did not wait
             dt = 0.0
-        elif busy_before:  # it finished somewhere during the pull: half, as an estimate
-            dt *= 0.5
+        elif busy_before:
+            # it finished during the pull: idle from then on; when that was not clocked, half.
+            # A tiny model finishes within a ms of a 75 ms pull, and the half had held the JAX
+            # worker-process rows to 71-78 % wait where ~95 % is true.
+            dt = min(dt, max(idle_s, 0.0)) if idle_s is not None else dt * 0.5
         self.blocked_s += dt
         self.pulled += 1
         self.pulled_images += self.count_images(batch)
@@ -194,8 +202,29 @@ class KerasSteps:
         """Keras ends the loader's epoch at ``t`` on the loop's thread, after the last batch (a
         PyDataset's pool stopped, the dataset's own ``on_epoch_end``): the open step ends
         there. The pool's stop (~0.85 s for two processes here) is the phase's time, not the
-        last step's compute, where it had put 41-62 % wait on runs that waited ~95 %."""
-        if threading.get_ident() == self.main_thread_id:
+        last step's compute, where it had put 41-62 % wait on runs that waited ~95 %.
+
+        Unless the device is still computing (JAX): its dispatch does not wait for a step to
+        run, so an epoch's steps can all be queued by the time its last batch is taken (three
+        convolutions on JAX's CPU device: ~1.5 ms a step dispatched, ~1.1 s of the epoch's
+        ~1.2 s run after it). The step then ends when the device is done (``epoch_ended``):
+        during the stop, which overlapped the device's work, or after it."""
+        if threading.get_ident() != self.main_thread_id:
+            return
+        if self.device_busy is not None and self.device_done is not None and self.device_busy():
+            self._drained = self.device_done()
+            return
+        self._close(t)
+
+    def epoch_ended(self) -> None:
+        """The loader's epoch end returned: a step left open for the device (``epoch_ending``)
+        ends when the device finished, if it has; else at the phase's end, which Keras reaches
+        only after it waited for the device's results."""
+        drained, self._drained = self._drained, None
+        if drained is None or threading.get_ident() != self.main_thread_id:
+            return
+        t = drained()
+        if t is not None:
             self._close(t)
 
     def use(self, per_step: int) -> None:
@@ -385,10 +414,10 @@ class TimedIterable:
     """Wraps what a JAX or torch epoch iterator pulls from, timing each ``next()``."""
 
     def __init__(self, inner: Any, steps: KerasSteps,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.inner = inner
         self.steps = steps
-        self.clock = clock
+        self.clock = clock or steps.clock  # the device's ready times are on the steps' clock
 
     def __iter__(self) -> Iterator[Any]:
         return _TimedIterator(iter(self.inner), self.steps, self.clock)
@@ -410,12 +439,17 @@ class _TimedIterator:
         return self
 
     def __next__(self) -> Any:
-        busy = self.steps.device_busy
+        steps = self.steps
+        busy = steps.device_busy
         t0 = self.clock()
-        self.steps.pull_begin(t0)
+        steps.pull_begin(t0)
         before = busy() if busy is not None else False
+        # the device computes into the pull: when it is done is clocked off this thread
+        done = steps.device_done() if before and steps.device_done is not None else None
         batch = next(self.it)  # StopIteration ends the epoch, untimed
         t1 = self.clock()
         after = busy() if busy is not None else False
-        self.steps.pulled_batch(t1 - t0, batch, before, after)
+        t_done = done() if done is not None and not after else None
+        steps.pulled_batch(t1 - t0, batch, before, after,
+                           None if t_done is None else t1 - max(t_done, t0))
         return batch
