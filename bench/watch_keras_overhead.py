@@ -1,6 +1,6 @@
-"""What does ``stepscope watch`` cost a Keras/TensorFlow script? Throughput watched / bare.
+"""What does ``stepscope watch`` cost a Keras script? Throughput watched / bare.
 
-Runs one small Keras 3 script on the TensorFlow backend (a small CNN on 32x32 images fed by a
+Runs one small Keras 3 script on the TensorFlow backend (or ``--backend jax|torch``; a small CNN on 32x32 images fed by a
 ``keras.utils.PyDataset``, or with ``--input tfdata`` by a ``tf.data`` pipeline over in-memory
 arrays; Adam, a validation pass per epoch) bare and under
 :func:`stepscope.observe.watch.watch`, alternating so machine noise hits both alike. The script
@@ -8,14 +8,15 @@ times its own epochs with an epoch-level callback (no batch hooks, the same in b
 reports its best training epoch after the first (which traces the train function), so process
 start-up, imports and tracing are not counted: only what watching adds while training runs —
 the watch callback, the graph clock (ops traced around each fetch and after each step's
-work, read once a step), the timed graph calls, the parent's samplers. It also reports the training
+work, read once a step), the timed graph calls, the parent's samplers; on JAX the timed
+``next()`` and the one step kept in flight (the loop waits for step k-1 after dispatching k). It also reports the training
 process's CPU time per image, watched / bare. On a quiet machine the pairs agree within a few
 per cent; on a loaded one a pair swings by ±20 %, and ``watch_keras_step_cost.py`` measures the
 cost directly.
 
 Usage:
     .venv/bin/python bench/watch_keras_overhead.py [--runs 5] [--steps 150] [--interval 1.0]
-        [--input pydataset|tfdata]
+        [--input pydataset|tfdata] [--backend tensorflow|jax|torch]
 
 The last line is the headline figure as one JSON object (median of the per-pair ratios).
 """
@@ -35,7 +36,7 @@ from stepscope.observe.watch import watch
 
 SCRIPT = '''
 import json, os, sys, time
-os.environ["KERAS_BACKEND"] = "tensorflow"
+os.environ["KERAS_BACKEND"] = sys.argv[4]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras
 import numpy as np
@@ -100,9 +101,9 @@ with open(out, "w") as f:
 
 
 def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float,
-         kind: str = "pydataset") -> dict[str, float]:
+         kind: str = "pydataset", backend: str = "tensorflow") -> dict[str, float]:
     out = work / f"result-{index}-{int(watched)}.json"
-    cmd = [sys.executable, str(script), str(out), str(steps), kind]
+    cmd = [sys.executable, str(script), str(out), str(steps), kind, backend]
     if watched:
         result = watch(cmd, work / f"run-{index}", interval_s=interval_s)
         if result.exit_code != 0:
@@ -122,7 +123,11 @@ def main() -> None:
     parser.add_argument("--input", choices=("pydataset", "tfdata"), default="pydataset",
                         help="the input: a PyDataset (a Python generator inside tf.data) or a "
                              "tf.data pipeline over in-memory arrays")
+    parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default="tensorflow",
+                        help="KERAS_BACKEND of the script")
     args = parser.parse_args()
+    if args.input == "tfdata" and args.backend != "tensorflow":
+        parser.error("--input tfdata runs on --backend tensorflow only")
     ratios: list[float] = []
     cpu_ratios: list[float] = []
     loads: list[float] = []  # 1-minute load average at each pair's start and end
@@ -134,8 +139,8 @@ def main() -> None:
             # Alternate which goes first so a drift in machine load favours neither.
             order = (False, True) if i % 2 == 0 else (True, False)
             loads.append(os.getloadavg()[0])
-            rates = {w: _run(script, work, i, w, args.steps, args.interval, args.input)
-                     for w in order}
+            rates = {w: _run(script, work, i, w, args.steps, args.interval, args.input,
+                             args.backend) for w in order}
             loads.append(os.getloadavg()[0])
             bare, watched = rates[False], rates[True]
             ratios.append(watched["images_per_s"] / bare["images_per_s"])
@@ -150,6 +155,7 @@ def main() -> None:
           f"training-process CPU per image watched/bare: median "
           f"{statistics.median(cpu_ratios):.4f}; load average {min(loads):.1f}-{max(loads):.1f}")
     print(json.dumps({"figure": "watch_keras_overhead_ratio", "input": args.input,
+                      "backend": args.backend,
                       "value": round(statistics.median(ratios), 4),
                       "min": round(min(ratios), 4), "max": round(max(ratios), 4),
                       "runs": len(ratios),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -290,7 +291,8 @@ def test_the_loaders_end_of_epoch_is_not_the_last_steps() -> None:
 def test_a_step_the_device_still_computes_at_the_loaders_end_ends_when_it_is_done() -> None:
     """JAX queues the epoch's steps faster than the device runs them: at the loader's epoch
     end the last step's results are pending, and the step ends when they are ready, during the
-    pool's stop or after it (at the phase's end, which Keras reaches after its own wait)."""
+    pool's stop or after it (at the latest the phase's end, which Keras reaches after its own
+    wait)."""
     steps, clock, fd, rec = _setup()
     busy: list[bool] = [True]
     ready_at: list[float | None] = [None]
@@ -304,16 +306,38 @@ def test_a_step_the_device_still_computes_at_the_loaders_end_ends_when_it_is_don
         ready_at[0] = None if ready_after is None else clock.t + ready_after
         steps.epoch_ending(clock.t)
         clock.t += stop  # the pool stops
-        steps.epoch_ended()
         clock.t += tail  # Keras waits for the device's results
         steps.phase_end()
 
     epoch(0.002, 0.850, 0.500, 0.100)  # done 0.5 s into the stop, which overlapped it
-    epoch(0.002, 0.050, None, 1.000)  # still computing when the stop returned
+    epoch(0.002, 0.050, None, 1.000)  # never clocked: the phase's end
     busy[0] = False
     epoch(0.010, 0.850, None, 0.0)  # an idle device: the stop is in no step, as elsewhere
     assert _steps(rec, fd) == [pytest.approx((0.502, 0.0, 4)), pytest.approx((1.052, 0.0, 4)),
                                pytest.approx((0.010, 0.0, 4))]
+
+
+def test_jax_steps_follow_the_device_when_the_loop_runs_ahead() -> None:
+    """Three steps dispatched 1 ms apart, the device done with them at 0.1, 0.2 and 0.3 s:
+    each step is 0.1 s, one after the other, not 1 ms of dispatch and a last step of 0.3 s."""
+    steps, clock, fd, rec = _setup()
+    t0 = clock.t
+    ready = {0: t0 + 0.1, 1: t0 + 0.2, 2: t0 + 0.3}
+    stamped: dict[int, float] = {}
+    last = [0]
+    steps.device_busy = lambda: clock.t < ready[last[0]]
+    steps.device_done = lambda: (lambda k=last[0]: stamped.get(k))
+    steps.phase_begin("train", lambda a, b: 4, 1)
+    for k in range(3):
+        steps.batch_begin(k)
+        last[0] = k
+        clock.t += 0.001  # dispatched
+    steps.epoch_ending(clock.t)  # the last batch taken
+    clock.t = t0 + 0.35  # Keras waits for the results
+    stamped.update(ready)
+    steps.phase_end()
+    got = _steps(rec, fd)
+    assert got == [pytest.approx((0.1, 0.0, 4))] * 3
 
 
 GRAPH_CLOCK_SCRIPT = r'''
@@ -403,3 +427,26 @@ def test_the_fetch_is_clocked_inside_the_graph() -> None:
                               p for p in (str(Path(__file__).parents[1] / "src"),
                                           os.environ.get("PYTHONPATH")) if p)})
     assert done.returncode == 0 and "CLOCK OK" in done.stdout, done.stderr[-3000:]
+
+
+def test_ready_clock_stamps_when_the_result_was_ready_and_leaves_with_the_main_thread() -> None:
+    """``ReadyClock`` waits off the loop's thread; the stamp is when the wait returned."""
+    from stepscope.observe.inject.stepscope_watch_keras_backends import ReadyClock
+
+    class Leaf:
+        def __init__(self, s: float) -> None:
+            self.s = s
+
+        def block_until_ready(self) -> None:
+            time.sleep(self.s)
+
+    rc = ReadyClock(time.perf_counter)
+    t0 = time.perf_counter()
+    got = rc.watch(Leaf(0.05))
+    assert got() is None  # still computing
+    deadline = time.perf_counter() + 5.0
+    while got() is None and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    stamp = got()
+    assert stamp is not None and stamp - t0 >= 0.05
+    assert rc.thread is not None and rc.thread.is_alive() and not rc.thread.daemon

@@ -6,8 +6,8 @@ phase boundaries (``on_epoch_begin`` opens a train phase, ``on_test_begin`` a va
 current epoch; ``predict`` is recorded as a val phase, with a note) and whose batch-begin hooks
 cut the steps. The data wait is measured where each backend fetches its batch (see
 ``stepscope_watch_keras_steps``). The callback is ``async_safe`` and has no batch-end hook, so
-Keras keeps its asynchronous callbacks and watching adds no device sync per batch (on JAX it
-keeps one step in flight: ``stepscope_watch_keras_backends._patch_jax``).
+Keras keeps its asynchronous callbacks and watching adds no device sync per batch (on JAX the
+steps' results are waited for on a thread of stepscope's: ``KerasSteps._record``).
 
 What loads the data is recorded as facts (``loader.*``): the input kind (PyDataset, generator,
 tf.data, arrays), PyDataset workers and multiprocessing, tf.data parallel calls, prefetch and

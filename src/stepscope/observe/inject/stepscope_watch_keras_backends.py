@@ -168,7 +168,14 @@ class ReadyClock:
     """Clocks, on a thread of its own, when JAX arrays' results are ready: the loop's thread
     cannot wait for them without holding up what it does meanwhile (pulling the next batch,
     stopping the loader's pool). The wait releases the GIL. One thread for the process, fed a
-    leaf at a time (a thread started per pull cost ~0.1 ms)."""
+    leaf at a time (a thread started per pull cost ~0.1 ms).
+
+    Not a daemon: a daemon thread that returns from JAX's wait while the interpreter shuts
+    down is ended by ``pthread_exit`` inside C++ frames, which can abort the process (a
+    Ctrl-C with a step in flight). This one finishes its wait and leaves once the main thread
+    has, checking every ``POLL_S``."""
+
+    POLL_S = 0.2
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -178,16 +185,19 @@ class ReadyClock:
     def watch(self, leaf: Any) -> Callable[[], float | None]:
         """Start waiting for ``leaf``; the getter returns when it was ready (None: not yet)."""
         if self.thread is None or not self.thread.is_alive():  # a forked child has none
-            self.thread = threading.Thread(target=self._run, name="stepscope-device-wait",
-                                           daemon=True)
+            self.thread = threading.Thread(target=self._run, name="stepscope-device-wait")
             self.thread.start()
         at: list[float] = []
         self.q.put((leaf, at))
         return lambda: at[0] if at else None
 
     def _run(self) -> None:
-        while True:
-            leaf, at = self.q.get()
+        main = threading.main_thread()
+        while main.is_alive():
+            try:
+                leaf, at = self.q.get(timeout=self.POLL_S)
+            except queue.Empty:
+                continue
             try:
                 leaf.block_until_ready()
             except Exception:  # a failed step: its error is the loop's to raise
@@ -211,15 +221,7 @@ def _patch_jax(rec: Recorder, steps: KerasSteps) -> None:
         def step(state: Any, data: Any) -> Any:
             out = fn(state, data)
             leaves = jax.tree_util.tree_leaves(out[0])  # the logs: a few scalars
-            before, pending[:] = pending[:1], leaves[:1]
-            if before:
-                # One step in flight, as the device runs them: JAX's dispatch does not wait
-                # for a step to run, and left alone the loop queued a whole epoch of three
-                # convolutions in ~40 ms, so each step window held ~1.5 ms of dispatch and
-                # the epoch's ~1.1 s of compute fell in its last step (an outlier to the
-                # per-step split). Waiting for the step before, with this one queued, keeps
-                # the device fed and costs the run nothing it did not already wait for.
-                before[0].block_until_ready()
+            pending[:] = leaves[:1]
             return out
 
         step._stepscope = True  # type: ignore[attr-defined]
@@ -271,10 +273,7 @@ def _time_epoch_end(steps: KerasSteps) -> None:
 
     def on_epoch_end(self: Any) -> Any:
         steps.epoch_ending(steps.clock())
-        try:
-            return inner(self)
-        finally:
-            steps.epoch_ended()
+        return inner(self)
 
     on_epoch_end._stepscope = True  # type: ignore[attr-defined]
     PyDatasetAdapter.on_epoch_end = on_epoch_end

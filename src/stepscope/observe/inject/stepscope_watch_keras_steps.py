@@ -107,6 +107,18 @@ class TrainCalls:
                 "work_p10_s": round(_quantile(ys, 0.1), 7)}
 
 
+STAMP_WAIT_S = 0.05
+
+
+def _stamp(ready: Callable[[], float | None], until: float) -> float:
+    """When a step's results were ready, at a phase's end. Keras waited for them before it
+    ended the phase, so the clocking thread stamps them within moments; ``until`` if not."""
+    deadline = time.perf_counter() + STAMP_WAIT_S
+    while (at := ready()) is None and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    return until if at is None else at
+
+
 def _quantile(ys: list[float], q: float) -> float:
     """The ``q`` quantile of sorted ``ys`` (nearest rank)."""
     return ys[min(len(ys) - 1, int(q * len(ys)))]
@@ -135,7 +147,11 @@ class KerasSteps:
         # JAX: starts waiting, off the loop's thread, for the last step's results; what it
         # returns gives the clock when they were ready (None: not yet).
         self.device_done: Callable[[], Callable[[], float | None]] | None = None
-        self._drained: Callable[[], float | None] | None = None
+        # JAX: steps closed by the loop whose results were not ready yet, in order, and the
+        # end of the last step recorded (see ``_record``)
+        self._unready: list[tuple[PhaseState, float, float, int, float, float,
+                                  Callable[[], float | None] | None]] = []
+        self._device_end: float | None = None
         # ImageDataGenerator stage counters (stepscope_watch_keras_stages.LoaderStages), once
         # that module is imported; read at phase boundaries.
         self.stages: Any = None
@@ -202,29 +218,9 @@ class KerasSteps:
         """Keras ends the loader's epoch at ``t`` on the loop's thread, after the last batch (a
         PyDataset's pool stopped, the dataset's own ``on_epoch_end``): the open step ends
         there. The pool's stop (~0.85 s for two processes here) is the phase's time, not the
-        last step's compute, where it had put 41-62 % wait on runs that waited ~95 %.
-
-        Unless the device is still computing (JAX): its dispatch does not wait for a step to
-        run, so an epoch's steps can all be queued by the time its last batch is taken (three
-        convolutions on JAX's CPU device: ~1.5 ms a step dispatched, ~1.1 s of the epoch's
-        ~1.2 s run after it). The step then ends when the device is done (``epoch_ended``):
-        during the stop, which overlapped the device's work, or after it."""
-        if threading.get_ident() != self.main_thread_id:
-            return
-        if self.device_busy is not None and self.device_done is not None and self.device_busy():
-            self._drained = self.device_done()
-            return
-        self._close(t)
-
-    def epoch_ended(self) -> None:
-        """The loader's epoch end returned: a step left open for the device (``epoch_ending``)
-        ends when the device finished, if it has; else at the phase's end, which Keras reaches
-        only after it waited for the device's results."""
-        drained, self._drained = self._drained, None
-        if drained is None or threading.get_ident() != self.main_thread_id:
-            return
-        t = drained()
-        if t is not None:
+        last step's compute, where it had put 41-62 % wait on runs that waited ~95 %. (On JAX
+        a step ends no earlier than its results are ready: see ``_record``.)"""
+        if threading.get_ident() == self.main_thread_id:
             self._close(t)
 
     def use(self, per_step: int) -> None:
@@ -235,6 +231,8 @@ class KerasSteps:
     def phase_begin(self, phase: str, images_fn: ImagesFn, workers: int | None) -> None:
         t = self.clock()
         self._close(t)
+        self._record(until=t)
+        self._device_end = None
         if self.phase is not None:
             self.rec.end_phase(self.phase, t)
             self._stage_fact(self.phase)
@@ -261,6 +259,8 @@ class KerasSteps:
         """Close the open step and phase; returns the phase closed, if any."""
         t = self.clock()
         self._close(t)
+        self._record(until=t)
+        self._device_end = None
         ph, self.phase = self.phase, None
         if ph is not None:
             self.rec.end_phase(ph, t)
@@ -350,12 +350,48 @@ class KerasSteps:
             slept = gil[0] - self.off0 - graph - self.pull_s - self.callback_s
             busy = gil[1] - self.busy0
             wait = min(wait + max(min(slept, busy), 0.0), max(t - self.t_start, 0.0))
-        self.rec.begin_step(self.phase, self.t_start, self.t_start + wait, images)
-        if self.rec.step is not None:
-            self.rec.step.other_s = min(self.callback_s, max(t - self.t_start - wait, 0.0))
-        self.rec.end_step(t)
+        other = min(self.callback_s, max(t - self.t_start - wait, 0.0))
+        ready = None
+        if self.device_done is not None and self.device_busy is not None and self.device_busy():
+            ready = self.device_done()
+        self._unready.append((self.phase, self.t_start, wait, images, other, t, ready))
+        self._record()
         self.t_begin = None
         self._reset(gil)
+
+    def _record(self, until: float | None = None) -> None:
+        """Send the closed steps whose results are ready, in order; ``until``: the phase ends
+        then, so every step is sent, none ending after it.
+
+        JAX dispatches a step and returns before it has run, so the loop can run ahead of the
+        device: three convolutions on JAX's CPU device had an epoch's 24 steps dispatched in
+        ~40 ms, and the ~1.1 s of compute ran after the last batch was taken. Timed by the loop
+        alone, each step held ~1.5 ms of dispatch and the epoch's compute sat in its last step,
+        which the per-step split drops as an outlier. So a step whose results were pending
+        when the loop closed it ends when they were ready (clocked off the loop's thread,
+        ``device_done``), and starts where the step before it ended: the steps follow the
+        device. A step the device finished before the loop closed it is the loop's window.
+        Keeping the loop one step ahead instead (waiting for step k-1 after dispatching k)
+        cost the run ~30 % of its throughput on this 2-core host (watched / bare 0.70, three
+        pairs, ``bench/watch_keras_overhead.py --backend jax``); clocking costs it nothing
+        measurable (0.96, 0.91-1.06, five pairs)."""
+        while self._unready:
+            ph, t_start, wait, images, other, t, ready = self._unready[0]
+            at = ready() if ready is not None else None
+            if ready is not None and at is None:
+                if until is None:
+                    return
+                at = _stamp(ready, until)
+            end = max(t, at if at is not None else t)
+            if until is not None:
+                end = min(end, until)
+            start = t_start if self._device_end is None else min(max(t_start, self._device_end), end)
+            self._unready.pop(0)
+            self._device_end = end
+            self.rec.begin_step(ph, start, start + min(wait, end - start), images)
+            if self.rec.step is not None:
+                self.rec.step.other_s = min(other, max(end - start - wait, 0.0))
+            self.rec.end_step(end)
 
 
 def time_graph_calls(steps: KerasSteps) -> None:
