@@ -450,3 +450,5 @@ def test_ready_clock_stamps_when_the_result_was_ready_and_leaves_with_the_main_t
     stamp = got()
     assert stamp is not None and stamp - t0 >= 0.05
     assert rc.thread is not None and rc.thread.is_alive() and not rc.thread.daemon
+    leaf = Leaf(0.0)
+    assert rc.watch(leaf) is rc.watch(leaf)  # closed, then pulled into: waited for once

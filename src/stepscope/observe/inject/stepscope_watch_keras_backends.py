@@ -181,15 +181,25 @@ class ReadyClock:
         self.clock = clock
         self.q: queue.SimpleQueue[tuple[Any, list[float]]] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
+        self.last: tuple[Any, Callable[[], float | None]] | None = None
 
     def watch(self, leaf: Any) -> Callable[[], float | None]:
-        """Start waiting for ``leaf``; the getter returns when it was ready (None: not yet)."""
+        """Start waiting for ``leaf``; the getter returns when it was ready (None: not yet).
+        The same leaf is waited for once: the step a loop closes is the one its next pull
+        may find still computing."""
+        if self.last is not None and self.last[0] is leaf:
+            return self.last[1]
         if self.thread is None or not self.thread.is_alive():  # a forked child has none
             self.thread = threading.Thread(target=self._run, name="stepscope-device-wait")
             self.thread.start()
         at: list[float] = []
         self.q.put((leaf, at))
-        return lambda: at[0] if at else None
+
+        def ready() -> float | None:
+            return at[0] if at else None
+
+        self.last = (leaf, ready)
+        return ready
 
     def _run(self) -> None:
         main = threading.main_thread()
