@@ -15,7 +15,7 @@ from stepscope.analysis.summary import build_summary
 from stepscope.render.html import _ledger as html_ledger
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import ProcessInfo, RunInfo, Sample
-from tests.analysis_runs import CPU_FACTS, T0, PhaseSpec, RunSpec, make_run
+from tests.analysis_runs import CPU_FACTS, MAIN_PID, T0, PhaseSpec, RunSpec, make_run
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
@@ -47,6 +47,23 @@ def test_cpu_ledger_adds_up_and_names_each_worker(tmp_path: Path) -> None:
     assert mem["total_bytes"] == pytest.approx(mem["main_rss_bytes"] + 2e8, abs=1)
     assert 0 <= mem["unattributed_frac"] <= 0.10
     assert mem["footprint_line"] == "14 MB model, 1.6 GB used"
+
+
+def test_memory_after_the_last_phase_is_noted_not_ledgered(tmp_path: Path) -> None:
+    # Interpreter teardown after training (seen under watch: +80 MB of RSS a second after a
+    # Lightning fit returned) is not training's memory: the ledger is the phases' peak, and the
+    # higher RSS outside them is named in a note with the samples it rests on.
+    phases = [PhaseSpec(1, workers=2), PhaseSpec(1, "val", workers=2)]
+    plain = _summary(tmp_path / "plain", RunSpec(phases, facts=dict(CPU_FACTS)))["memory"]
+    spike = [Sample(T0 + 25, f"proc:{MAIN_PID}", "rss_bytes", 3e9)]
+    mem = _summary(tmp_path / "spike", RunSpec(phases, facts=dict(CPU_FACTS),
+                                               extra_samples=spike))["memory"]
+    _adds_up(mem)
+    assert mem["total_bytes"] == plain["total_bytes"]
+    assert mem["unattributed_frac"] == plain["unattributed_frac"]
+    assert not any("outside" in n or "after the last phase" in n for n in plain["notes"])
+    note = [n for n in mem["notes"] if "after the last phase" in n]
+    assert note and "3.0 GB" in note[0] and "main-process RSS samples" in note[0]
 
 
 def test_gpu_ledger_with_torch_allocator_adds_up(tmp_path: Path) -> None:

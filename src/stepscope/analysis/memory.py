@@ -13,6 +13,9 @@ other tensors at the allocation peak (``max_allocated`` − named: temporaries, 
 workspaces) and the cached-but-free blocks (reserved − ``max_allocated``). Whatever NVML counts
 beyond context + reserved is unattributed.
 
+Both totals are the peak inside the run's phases (first phase's start to last phase's end): the
+ledger explains training's memory. A run without phases is read whole.
+
 TensorFlow and JAX map nearly all free GPU memory at start; when the facts say so (or one
 process holds nearly the whole card), the ledger names the preallocated pool and how to stop it.
 """
@@ -26,12 +29,15 @@ from stepscope.analysis.contracts_summary import MemorySection, PoolInfo
 from stepscope.analysis.fmt import fmt_bytes
 from stepscope.analysis.samples import SampleCache, Series
 from stepscope.analysis.vocab import vocab
-from stepscope.store.records import Fact, ProcessInfo
+from stepscope.store.records import Fact, PhaseRecord, ProcessInfo
 
 HOST_UNATTRIBUTED_TARGET_FRAC = 0.10
 GPU_UNATTRIBUTED_TARGET_FRAC = 0.05
 POOL_FRAC_OF_CARD = 0.80  # one process holding ≥ 80 % of the card looks like a preallocated pool
 NEAREST_GAP_S = 5.0
+# A process's memory outside its phases (interpreter teardown, a final evaluation) is named in a
+# note, not ledgered, when it tops the phases' peak by more than this.
+OUTSIDE_PEAK_NOTE_RATIO = 1.1
 
 _NAMED_ITEMS = (
     ("mem.weights_bytes", "weights", "parameters + buffers"),
@@ -140,13 +146,35 @@ def _worker_uss_at(cache: SampleCache, workers: list[ProcessInfo], lo: float, hi
     return out
 
 
-def _host_peak(cache: SampleCache, main_pid: int | None, workers: list[ProcessInfo]
-               ) -> _HostPeak | None:
-    """The moment main RSS + workers' USS peaked (see :class:`_HostPeak`)."""
+Window = tuple[float, float]
+
+
+def phases_window(phases: list[PhaseRecord]) -> Window | None:
+    """From the first phase's start to the last one's end (open-ended while a phase is open)."""
+    if not phases:
+        return None
+    ends = [p.ended for p in phases]
+    last = max(e for e in ends if e is not None) if all(e is not None for e in ends) else None
+    return (min(p.started for p in phases), float("inf") if last is None else last)
+
+
+def _inside(series: Series, i: int, window: Window | None) -> bool:
+    """Whether point i's slice overlaps the window (the run's phases)."""
+    if window is None:
+        return True
+    lo, hi = series.slice_at(i)
+    return hi >= window[0] and lo <= window[1]
+
+
+def _host_peak(cache: SampleCache, main_pid: int | None, workers: list[ProcessInfo],
+               window: Window | None = None) -> _HostPeak | None:
+    """The moment main RSS + workers' USS peaked inside the window (see :class:`_HostPeak`)."""
     rss = cache.peak(f"proc:{main_pid}", "rss_bytes") if main_pid else Series([], [])
     best: _HostPeak | None = None
     best_total = -1.0
     for i, (t, v) in enumerate(zip(rss.t, rss.v, strict=True)):
+        if not _inside(rss, i, window):
+            continue
         lo, hi = rss.slice_at(i)
         ws = _worker_uss_at(cache, workers, lo, hi, t)
         total = v + sum(u for _, u, _ in ws)
@@ -156,12 +184,19 @@ def _host_peak(cache: SampleCache, main_pid: int | None, workers: list[ProcessIn
 
 
 def host_ledger(cache: SampleCache, main_pid: int | None, processes: list[ProcessInfo],
-                facts: dict[str, Fact], *, gpu_run: bool = False) -> MemorySection:
+                facts: dict[str, Fact], *, gpu_run: bool = False,
+                window: Window | None = None) -> MemorySection:
     """The CPU-side ledger (see module doc); on a GPU run the device-resident tensors (weights,
-    gradients, optimizer state, activations) are left to the GPU ledger."""
+    gradients, optimizer state, activations) are left to the GPU ledger. ``window``: the
+    phases' span, where the peak is looked for (see :func:`phases_window`)."""
     workers = [p for p in processes if p.role == "worker"]
-    peak = _host_peak(cache, main_pid, workers)
+    peak = _host_peak(cache, main_pid, workers, window) or _host_peak(cache, main_pid, workers)
     notes: list[str] = []
+    whole = _host_peak(cache, main_pid, workers) if window is not None and peak else None
+    if window and peak and whole and whole.main_rss > OUTSIDE_PEAK_NOTE_RATIO * peak.main_rss:
+        when = "after the last phase" if whole.t > window[1] else "before the first phase"
+        notes.append(f"the process's RSS reached {fmt_bytes(whole.main_rss)} {when} (main-process "
+                     f"RSS samples): the ledger is the phases' peak, {fmt_bytes(peak.main_rss)}")
     if peak is None:
         tree = cache.peak("tree", "rss_bytes").max()
         notes.append("no per-process memory samples: total is the process tree's RSS (shared "
@@ -248,8 +283,9 @@ class _GpuPeak:
     summed_bound: bool
 
 
-def _gpu_used_peak(cache: SampleCache, gpu: int, pids: set[int]) -> _GpuPeak | None:
-    """See :class:`_GpuPeak`."""
+def _gpu_used_peak(cache: SampleCache, gpu: int, pids: set[int],
+                   window: Window | None = None) -> _GpuPeak | None:
+    """See :class:`_GpuPeak`; the peak is looked for inside the window."""
     prefix = f"gpu{gpu}:proc:"
     sources = [s for s in cache.sources("mem_used_bytes") if s.startswith(prefix)]
     if pids:
@@ -261,6 +297,8 @@ def _gpu_used_peak(cache: SampleCache, gpu: int, pids: set[int]) -> _GpuPeak | N
     lead = max(series, key=lambda s: max(s.v))
     best: _GpuPeak | None = None
     for i, (t, v) in enumerate(zip(lead.t, lead.v, strict=True)):
+        if not _inside(lead, i, window):
+            continue
         lo, hi = lead.slice_at(i)
         others = [(s, s.nearest_index(t, NEAREST_GAP_S) if lo == hi else s.argmax_in(lo, hi))
                   for s in series if s is not lead]
@@ -286,11 +324,12 @@ def detect_pool(framework: str | None, used: float, card_total: float | None) ->
             "why": why, "fix": f"{fix}; {POOL_FIX_WATCH}"}
 
 
-def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fact]) -> MemorySection:
-    """The GPU-side ledger (see module doc)."""
+def gpu_ledger(cache: SampleCache, gpu: int, pids: set[int], facts: dict[str, Fact],
+               window: Window | None = None) -> MemorySection:
+    """The GPU-side ledger (see module doc), its peak looked for inside the window."""
     device = f"cuda:{gpu}"
     notes: list[str] = []
-    peak = _gpu_used_peak(cache, gpu, pids)
+    peak = _gpu_used_peak(cache, gpu, pids, window) or _gpu_used_peak(cache, gpu, pids)
     if peak is None:
         notes.append("no NVML per-process memory samples: the GPU total is unknown")
         return _close(None, _named_items(facts), device, notes, GPU_UNATTRIBUTED_TARGET_FRAC)

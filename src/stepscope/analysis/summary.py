@@ -31,7 +31,7 @@ from stepscope.analysis.contracts_summary import (
 from stepscope.analysis.findings import build_findings
 from stepscope.analysis.gpu_identity import resolve_nvml_index
 from stepscope.analysis.keras_loader import stage_fields
-from stepscope.analysis.memory import footprint_line, gpu_ledger, host_ledger
+from stepscope.analysis.memory import footprint_line, gpu_ledger, host_ledger, phases_window
 from stepscope.analysis.phases import (
     PhaseContext,
     PhaseTotals,
@@ -299,12 +299,14 @@ def _host_facts(facts: dict[str, Fact], cache: SampleCache, cores: float | None)
 def _memory(cache: SampleCache, reader: RunReader, main_pid: int | None, gpu: int | None,
             facts: dict[str, Fact], is_gpu_run: bool) -> tuple[MemorySection, MemorySection | None]:
     processes = reader.processes()
-    host = host_ledger(cache, main_pid, processes, facts, gpu_run=is_gpu_run and gpu is not None)
+    window = phases_window(reader.phases())
+    host = host_ledger(cache, main_pid, processes, facts, gpu_run=is_gpu_run and gpu is not None,
+                       window=window)
     if not is_gpu_run or gpu is None:
         device, host_extra = host, None
     else:
         pids = {p.pid for p in processes} | ({main_pid} if main_pid else set())
-        device, host_extra = gpu_ledger(cache, gpu, pids, facts), host
+        device, host_extra = gpu_ledger(cache, gpu, pids, facts, window), host
     model_file = _fact(facts, "model.file_bytes")
     device["model_file_bytes"] = model_file
     device["footprint_line"] = footprint_line(model_file, device["total_bytes"])
