@@ -7,16 +7,15 @@ STAMP := $(VENV)/.stepscope-installed
 
 .PHONY: demo test lint typecheck pytest clean bench
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# torch/torchvision pinned: these machines hold those wheels on disk. One pip run resolves
-	# everything at once. pip byte-compiles what it installs on one core; compileall does it on
-	# every core. The .pyc files must exist: this environment sets PYTHONDONTWRITEBYTECODE=1, so
-	# an import never writes one, and without them every test process would compile torch,
-	# TensorFlow and JAX from source (a suite 20 minutes longer). A few files that ship in
-	# site-packages are not Python 3 (test data, templates): compileall reports them and goes on.
-	$(PY) -m pip install -q --no-compile torch==2.14.1 torchvision==0.29.1 -e '.[dev]'
+$(STAMP): pyproject.toml scripts/install-venv
+	# torch/torchvision pinned: these machines hold those wheels on disk. One install resolves
+	# everything at once (uv where it can be had, else pip: scripts/install-venv). Neither
+	# byte-compiles here; compileall does it on every core. The .pyc files must exist: this
+	# environment sets PYTHONDONTWRITEBYTECODE=1, so an import never writes one, and without
+	# them every test process would compile torch, TensorFlow and JAX from source (a suite 20
+	# minutes longer). A few files that ship in site-packages are not Python 3 (test data,
+	# templates): compileall reports them and goes on.
+	scripts/install-venv $(VENV) torch==2.14.1 torchvision==0.29.1 -e '.[dev]'
 	$(PY) -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $(STAMP)
 
