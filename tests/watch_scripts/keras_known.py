@@ -2,7 +2,7 @@
 
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
         [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
-        [--cpu-clock]
+        [--cpu-clock] [--gap-clock]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -15,6 +15,11 @@ sink), not async-safe, so Keras runs it on the loop's thread between steps.
 --cpu-clock: LOAD_MS is the loading thread's CPU time (``time.thread_time``), a fixed amount of
 pure-Python work that holds the GIL: PyDataset worker threads then take turns, as real ones do.
 --workers/--mp with --legacy go to ``fit(workers=, use_multiprocessing=)``, as tf-keras takes them.
+--gap-clock (torch backend only): a callback of the script's own times each step from
+``on_train_batch_begin`` to ``on_train_batch_end`` and the gap from one step's end to the next
+one's begin, and prints ``GAP epoch=E wait=F`` (the gaps' share of the epoch's steady steps).
+On torch Keras's loop is Python and takes each batch from its iterator in that gap, so this is a
+second, independent measure of the data wait, taken without stepscope.
 The first line printed is the truth the test asserts against: ``TRUTH load_ms=... model=...``.
 """
 
@@ -41,6 +46,7 @@ p.add_argument("--callback-ms", type=float, default=0.0)
 p.add_argument("--spe", type=int, default=1)
 p.add_argument("--mirrored", action="store_true")
 p.add_argument("--cpu-clock", action="store_true")
+p.add_argument("--gap-clock", action="store_true")
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -181,5 +187,26 @@ if args.callback_ms:
             time.sleep(args.callback_ms / 1000.0)
 
     kw["callbacks"] = [SlowLog()]
+if args.gap_clock:
+    class GapClock(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):  # type: ignore[no-untyped-def]
+            self.marks: list[tuple[float, float]] = []
+            self.last_end = time.perf_counter()
+
+        def on_train_batch_begin(self, batch, logs=None):  # type: ignore[no-untyped-def]
+            self.begin = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):  # type: ignore[no-untyped-def]
+            end = time.perf_counter()
+            self.marks.append((self.begin - self.last_end, end - self.begin))
+            self.last_end = end
+
+        def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
+            steady = self.marks[1:]  # the first waits for the pool to start
+            gap, step = sum(g for g, _ in steady), sum(s for _, s in steady)
+            print(f"GAP epoch={epoch + 1} wait={gap / (gap + step):.3f} "
+                  f"step_ms={1000 * step / len(steady):.1f}", flush=True)
+
+    kw.setdefault("callbacks", []).append(GapClock())
 model.fit(**kw)
 print("DONE", file=sys.stderr)
