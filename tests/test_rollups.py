@@ -14,6 +14,9 @@ from stepscope.store import rollups
 from stepscope.store.db import RunReader, RunWriter, compact_run
 from stepscope.store.records import PhaseRecord, RunInfo, Sample, StepRecord
 
+# Counts and equalities of stored figures, never a time: the untimed lane.
+pytestmark = pytest.mark.untimed
+
 T0 = 1_700_000_000.0
 
 
