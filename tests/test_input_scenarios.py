@@ -191,12 +191,13 @@ def test_iterable_dataset(mode: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_worker_start_up_each_epoch_then_persistent_workers(mode: str, tmp_path: Path) -> None:
-    s = record("nonpersistent", mode, tmp_path / "a")
+    # Two epochs: epoch 2 is the first to start its workers again, and all that is asserted.
+    s = record("nonpersistent", mode, tmp_path / "a", "epochs=2")
     e2 = phase(s, 2)
     assert e2["verdict"] == "input-bound" and e2["input_cause"] == "workers"
     assert "non-persistent" in " ".join(e2["input_evidence"])
     assert "persistent_workers=True" in fix_of(s)
-    kept = record("persistent", mode, tmp_path / "b")
+    kept = record("persistent", mode, tmp_path / "b", "epochs=2")
     assert not any("non-persistent" in " ".join(p["input_evidence"]) for p in kept["phases"])
     assert phase(kept, 2)["seconds"] < 0.7 * e2["seconds"]
 
