@@ -216,7 +216,8 @@ def _cnn_step_ms(runs: int) -> float:
         script.write_text(SCRIPT)
         for i in range(runs):
             out = Path(tmp) / f"r{i}.json"
-            subprocess.run([sys.executable, str(script), str(out), "150", "pydataset"], check=True,
+            subprocess.run([sys.executable, str(script), str(out), "150", "pydataset", "tensorflow"],
+                           check=True,
                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
             times.append(32e3 / json.loads(out.read_text())["images_per_s"])
     return statistics.median(times)
