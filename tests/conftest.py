@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -48,3 +50,13 @@ def _light_modules_leave_nothing_running(request: pytest.FixtureRequest):  # typ
     assert not children and not new_threads, (
         f"a light module left {len(children)} processes and threads {new_threads}: "
         "drop its `pytestmark = pytest.mark.light`")
+
+
+def report_size_bench() -> ModuleType:
+    """bench/report_size.py: it writes realistic synthetic runs through the real store writer."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "report_size.py"
+    spec = importlib.util.spec_from_file_location("report_size", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

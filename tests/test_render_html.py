@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,18 +19,10 @@ from stepscope.render.html import NVML_NOTE, SECTIONS, write_report
 from stepscope.render.html_compare import write_compare_report
 from stepscope.store.db import RunReader, RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
+from tests.conftest import report_size_bench
 
 EVIL = "<script>alert(1)</script>"
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench() -> ModuleType:
-    """bench/report_size.py writes realistic synthetic runs through the real store writer."""
-    spec = importlib.util.spec_from_file_location("report_size", ROOT / "bench" / "report_size.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @dataclass
@@ -42,7 +32,7 @@ class Answer:
 
 
 def _summary(reader: RunReader) -> dict[str, Any]:
-    summary: dict[str, Any] = _bench()._summary_for(reader)
+    summary: dict[str, Any] = report_size_bench()._summary_for(reader)
     # Built by the analysis's own constructors, so the fixture has the shape the analysis emits.
     summary["findings"] = [make_finding("input_bound_train", "high", EVIL,
                                         [f"class {EVIL} in the dataset"], "more workers",
@@ -69,7 +59,7 @@ def _evil_run(run_dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Timeline, dict[str, Any]]:
-    run_dir = _bench().write_synthetic_run(tmp_path_factory.mktemp("r") / "small", hours=0.25,
+    run_dir = report_size_bench().write_synthetic_run(tmp_path_factory.mktemp("r") / "small", hours=0.25,
                                            epochs=3, workers=3)
     with RunReader(run_dir) as r:
         return run_dir, load_timeline(r), _summary(r)
@@ -174,16 +164,6 @@ def test_report_renders_in_chromium(small_run: tuple[Path, Timeline, dict[str, A
     non_white = float((rgb.sum(axis=2) < 720).mean())
     assert non_white > 0.08  # charts and tables, not a blank page
     assert len(np.unique(rgb.reshape(-1, 3), axis=0)) > 200  # many colours: the charts drew
-
-
-@pytest.mark.slow
-def test_24_hour_run_report_is_small_and_fast(tmp_path: Path) -> None:
-    """A 24-hour run at 1 Hz (~3.5 M samples, ~260 k steps): ≤ 5 MB, ≤ 10 s to load + write."""
-    bench = _bench()
-    run_dir = bench.write_synthetic_run(tmp_path / "day", hours=24.0)
-    size, seconds = bench.measure(run_dir)
-    assert size <= 5_000_000
-    assert seconds <= 10.0
 
 
 def test_nav_and_body_come_from_one_section_list(small_run: Any, tmp_path: Path) -> None:
