@@ -14,6 +14,9 @@ Epochs of the three then alternate, in a rotating order, over the same input: th
 (the epoch iterator's, the timed graph calls) are installed for all three alike, so the
 difference between copies is only what the clocks put in the graph. A round is one epoch of each;
 the figure is each copy's throughput ÷ ``bare``'s in the same round, median over rounds.
+Drift within a round still counts: at 60 steps an epoch (~1 s) single rounds read 0.50-1.10 on a
+busy host (2026-12-03), and one run's 0.50 for ``fetch+end`` did not come back in the next two.
+Use long epochs and many rounds; no figure in the docs rests on this bench yet.
 
 Usage:
     PYTHONPATH=src .venv/bin/python bench/watch_keras_clock_ab.py [--rounds 8] [--steps 150]
