@@ -20,6 +20,10 @@ import pytest
 from stepscope.observe.watch_ranks import Rank, RankEnd, first_failure, parse_exit_code, rank_status
 from stepscope.store.db import RunReader
 
+# Its ranks are timed against each other on shared cores: make test runs it after the nice-10
+# lane (scripts/run-tests).
+pytestmark = pytest.mark.alone
+
 SCRIPTS = Path(__file__).parent / "watch_scripts"
 BIN = Path(sys.executable).parent
 SLOW_S = "0.08"
