@@ -31,10 +31,6 @@ from stepscope.train.loop import train
 from stepscope.train.setup import usable_cores
 from tests.conftest import data_flags
 
-# Its scenarios plant cores saturated by the loaders: make test runs it after the nice-10 lane
-# (scripts/run-tests), whose processes would take a share of those cores.
-pytestmark = pytest.mark.alone
-
 # timm's smallest EfficientNet (0.1 M parameters): a training step on 8 images at 64 px costs
 # ~10-15 ms on one core, so what the input pipeline costs decides the step.
 SMALL_MODEL = "test_efficientnet"

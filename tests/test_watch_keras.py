@@ -22,11 +22,6 @@ import pytest
 
 from stepscope.analysis.vocab import PYTORCH_ONLY_WORDS
 
-# Its worker scenarios plant loaders that fill both cores: a nice-10 process beside them still
-# takes wake-ups and slices (a CI run and a rehearsal saw the workers' verdicts turn), so make
-# test runs it after the nice-10 lane (scripts/run-tests).
-pytestmark = pytest.mark.alone
-
 PY = sys.executable
 SRC = Path(__file__).resolve().parents[1] / "src"
 SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_known.py"
@@ -196,7 +191,10 @@ def test_worker_threads_on_jax_and_torch(tmp_path: Path, backend: str) -> None:
     assert s["loader"]["gil_wait_counted"] is True, s["loader"]
     for p in _train(s):
         assert p["verdict"] == "input-bound" and p["input_cause"] == "workers", p
-        assert p["data_wait_frac"] >= 0.75, p
+    # The wait's size in the steady epoch: epoch 1 also holds compiling (JAX's XLA, on the loop's
+    # thread), which is compute: JAX's epochs read 75 / 97 % (docs/keras.md), and 69 % in epoch 1 in
+    # a CI rehearsal.
+    assert _train(s)[-1]["data_wait_frac"] >= 0.75, _train(s)[-1]
     f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
     assert "use_multiprocessing=True (now 2 threads)" in f["fix"], f
     _assert_keras_words(s)

@@ -58,11 +58,13 @@ class IterState:
     """One live iterator: ``loader`` is the id of the loader it came from (re-creations of the
     same loader share it); ``token`` is what epochs are counted by."""
 
-    __slots__ = ("create_s", "created_t", "delivered", "loader", "phase", "token", "workers")
+    __slots__ = ("create_s", "created_t", "delivered", "loader", "persistent", "phase", "token",
+                 "workers")
 
     def __init__(self, loader: int, created_t: float, create_s: float,
-                 workers: int | None) -> None:
+                 workers: int | None, persistent: bool | None = None) -> None:
         self.loader, self.created_t, self.create_s, self.workers = loader, created_t, create_s, workers
+        self.persistent = persistent  # DataLoader(persistent_workers=...); None: not known
         self.token = object()
         self.delivered = 0
         self.phase: PhaseState | None = None
@@ -227,17 +229,19 @@ class LoopTracker:
         rec, tokens = self.rec, {m.token for m in s.members}
         if kind == "val":
             if self.val_phase is None or self.val_phase.ended:
-                self.val_phase = rec.begin_phase("val", s.lead.workers, s.t_start)
+                self.val_phase = rec.begin_phase("val", s.lead.workers, s.t_start,
+                                                 persistent=s.lead.persistent)
             return self.val_phase
         if self.val_phase is not None and not self.val_phase.ended:
             self.end_phase(self.val_phase, s.t_start)  # training resumed after a validation
         if self.train_phase is None or s.lead.token not in self.epoch_tokens:
             self.epoch_tokens = tokens
-            self.train_phase = rec.begin_phase("train", s.lead.workers, s.t_start)
+            self.train_phase = rec.begin_phase("train", s.lead.workers, s.t_start,
+                                               persistent=s.lead.persistent)
         elif self.train_phase.ended:
             self.epoch_tokens |= tokens
             self.train_phase = rec.begin_phase("train", s.lead.workers, s.t_start,
-                                               same_epoch=True)
+                                               same_epoch=True, persistent=s.lead.persistent)
         else:
             self.epoch_tokens |= tokens
         return self.train_phase

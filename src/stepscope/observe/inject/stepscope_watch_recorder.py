@@ -178,7 +178,8 @@ class Recorder:
         self.step: OpenStep | None = None
         # Loader stage counters (stepscope_watch_stages.WatchPhases), set by sitecustomize.
         self.stages: Any = None
-        self._phase_workers: dict[int, int | None] = {}
+        # per open phase: its loader's workers and persistent_workers (None: not known)
+        self._phase_workers: dict[int, tuple[int | None, bool | None]] = {}
         self.framework_depth = 0  # > 0 inside Keras/Lightning loops: their callbacks time steps
         self.last_mode_eval = False  # the last outermost nn.Module.train(mode) call had mode False
         self.train_depth = 0
@@ -225,7 +226,7 @@ class Recorder:
 
     # -- phases --------------------------------------------------------------------------------
     def begin_phase(self, phase: str, workers: int | None, t: float, *,
-                    same_epoch: bool = False) -> PhaseState:
+                    same_epoch: bool = False, persistent: bool | None = None) -> PhaseState:
         """Open a phase at ``t``. A new train phase is a new epoch (unless ``same_epoch``: training
         resumed after its phase was closed); val belongs to the current one.
 
@@ -248,7 +249,7 @@ class Recorder:
         self.send(["P", ph.seq, epoch, phase, self.unix(t), workers], urgent=True)
         if self.stages is not None:
             self.stages.begin(ph.seq)
-            self._phase_workers[ph.seq] = workers
+            self._phase_workers[ph.seq] = (workers, persistent)
         return ph
 
     def end_phase(self, ph: PhaseState, t: float) -> None:
@@ -260,7 +261,7 @@ class Recorder:
         if ph in self.open_phases:
             self.open_phases.remove(ph)
         if self.stages is not None:
-            found = self.stages.end(ph.seq, self._phase_workers.pop(ph.seq, None))
+            found = self.stages.end(ph.seq, *self._phase_workers.pop(ph.seq, (None, None)))
             if found is not None:
                 self.fact(f"stages.seq.{ph.seq}", found, "loader stage counters over the phase")
         self.send(["E", ph.seq, self.unix(t), ph.steps, ph.images], urgent=True)

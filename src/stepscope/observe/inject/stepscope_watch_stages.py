@@ -572,7 +572,8 @@ class WatchPhases:
         self._cpu0 = self.wait_cpu_s
 
     # free-form: a JSON record written as a fact, read by key (analysis/capacity.py)
-    def end(self, seq: int, workers: int | None) -> dict[str, Any] | None:
+    def end(self, seq: int, workers: int | None, persistent: bool | None = None
+            ) -> dict[str, Any] | None:
         before = self._open.pop(seq, None)
         threads = self._threads.pop(seq, {})
         if before is None or self.folder is None:
@@ -589,6 +590,6 @@ class WatchPhases:
             out["fetch_runq_s"] += t[_RUNQ]
             out["stage_s"]["item"] += t[_ITEM_S]
             out["stage_calls"]["item"] += t[_ITEMS]
-        out.update({"loader_workers": workers, "persistent_workers": None,
+        out.update({"loader_workers": workers, "persistent_workers": persistent,
                     "wait_cpu_s": self.wait_cpu_s - self._cpu0, "stages_measured": True})
         return out

@@ -116,7 +116,9 @@ def _patch_loader(torch: ModuleType, rec: Recorder, loop: LoopTracker,
     def track(loader: Any, it: Any, t0: float) -> None:
         with contextlib.suppress(Exception):  # discovery is a nicety
             rec.dataset_files(loader.dataset)
-        state = iter_state(id(loader), t0, rec.clock() - t0, getattr(loader, "num_workers", None))
+        persistent = getattr(loader, "persistent_workers", None)
+        state = iter_state(id(loader), t0, rec.clock() - t0, getattr(loader, "num_workers", None),
+                           None if persistent is None else bool(persistent))
         with contextlib.suppress(AttributeError, TypeError):
             object.__setattr__(it, _STATE, state)
 
