@@ -27,6 +27,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_known.py"
 SEED_SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_seed.py"
 INPUT_MS = 150.0
+CONTENDED_HOST_FRAC = 0.25  # others' share of the cores beyond which a run is made again
 GIL_MS = 80.0  # --cpu-clock: a fixed amount of Python work a batch, holding the GIL
 # Planted: 150 ms of loading against a few ms of compute. Even on a busy 2-core machine, where
 # the GIL and other processes stretch the step, the wait stays far above the 20 % threshold.
@@ -35,11 +36,39 @@ COMPUTE_WAIT_MAX = 0.15
 
 
 def _run(tmp_path: Path, *args: str) -> dict[str, Any]:
-    """``stepscope watch --out RUN -- python keras_known.py ARGS``, as the user types it."""
-    return _run_script(tmp_path, SCRIPT, *args)
+    """``stepscope watch --out RUN -- python keras_known.py ARGS``, as the user types it.
+
+    The worker scenarios plant a job that has both cores to itself. Whether it had them is
+    measured in the run: the host's CPU (steal included) less the job's own processes. When
+    others took more than ``CONTENDED_HOST_FRAC`` of the cores in a training phase, the plant did
+    not happen as planted, and the run is made again (once); the assertions then judge the
+    second run, whatever the host did. A CI rehearsal on a slowed host failed three such tests
+    with no other module of the suite running (one read "the job used 33 % of its cores")."""
+    for attempt in range(2):
+        summary = _run_script(tmp_path / f"try{attempt}", SCRIPT, *args)
+        if _others_share(summary) <= CONTENDED_HOST_FRAC:
+            break
+    return summary
+
+
+def _others_share(summary: dict[str, Any]) -> float:
+    """The largest share of the host's cores that processes other than the job's used in a
+    training phase (0 when not measured)."""
+    cores = os.cpu_count() or 1
+    worst = 0.0
+    for p in _train(summary):
+        host, main = p.get("cpu_util_pct"), p.get("main_cpu_pct")
+        if host is None or main is None:
+            continue
+        # loading threads are inside the training process: its figure holds their CPU
+        threads = (p.get("loader") or {}).get("worker_threads")
+        job = (main + (0.0 if threads else sum(p.get("worker_cpu_pct") or []))) / cores
+        worst = max(worst, (host - job) / 100.0)
+    return worst
 
 
 def _run_script(tmp_path: Path, script: Path, *args: str) -> dict[str, Any]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     run = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(SRC))
     proc = subprocess.run(
