@@ -43,7 +43,8 @@ def _run(tmp_path: Path, *args: str) -> dict[str, Any]:
     others took more than ``CONTENDED_HOST_FRAC`` of the cores in a training phase, the plant did
     not happen as planted, and the run is made again (once); the assertions then judge the
     second run, whatever the host did. A CI rehearsal on a slowed host failed three such tests
-    with no other module of the suite running (one read "the job used 33 % of its cores")."""
+    with little or nothing else of the suite running (one read "the job used 33 % of its
+    cores")."""
     for attempt in range(2):
         summary = _run_script(tmp_path / f"try{attempt}", SCRIPT, *args)
         if _others_share(summary) <= CONTENDED_HOST_FRAC:
