@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from stepscope.analysis.phases import PhaseTotals
 from stepscope.analysis.summary import (
+    aggregate_phase_kind,
     build_summary,
     load_summary,
     write_summary,
 )
 from stepscope.store.db import RunReader, RunWriter
-from stepscope.store.records import RunInfo, Sample
+from stepscope.store.records import RunInfo, Sample, StepRecord
 from tests.analysis_runs import CPU_FACTS, T0, PhaseSpec, RunSpec, make_run
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
@@ -109,3 +112,28 @@ def test_only_this_runs_rank_goes_into_phases(tmp_path: Path) -> None:
         s = build_summary(r)
     # ranks come from the rank stores (analysis/ranks.py), not from phases in one store
     assert len(s["phases"]) == 1 and s["ranks"] == []
+
+
+def _steps(phase_id: int, n: int, wait_s: float, compute_s: float) -> list[StepRecord]:
+    return [StepRecord(phase_id, i, T0 + i, wait_s + compute_s, wait_s, 0.0, compute_s, 0.0, 8)
+            for i in range(n)]
+
+
+def test_a_kinds_cause_is_the_one_behind_the_most_waiting() -> None:
+    # Epoch 1: long, 15 ms of each 45 ms step waited on receiving batches (main-process);
+    # epoch 2: shorter, but one restart of its workers waited 1.6 s (workers). The kind's cause
+    # is the one that cost the most wait, whatever the phases' lengths.
+    e1 = _steps(0, 80, 0.015, 0.030)
+    e2 = _steps(1, 40, 0.015, 0.030)
+    e2[0] = StepRecord(1, 0, T0, 1.63, 1.6, 0.0, 0.03, 0.0, 8)
+    rows: list[Any] = []
+    for pid, (epoch, cause, steps) in enumerate([(1, "main-process", e1), (2, "workers", e2)]):
+        rows.append({"phase_id": pid, "epoch": epoch, "phase": "train", "images": 8 * len(steps),
+                     "seconds": sum(s.wall_s for s in steps), "data_wait_frac": None,
+                     "input_cause": cause, "input_evidence": [cause], "gpu_util_pct": None,
+                     "cpu_util_pct": None, "loader_cpu_ms_per_image": None, "workers": 2})
+    assert rows[0]["seconds"] > rows[1]["seconds"]
+    totals = {pid: PhaseTotals.from_steps(s) for pid, s in enumerate([e1, e2])}
+    agg = aggregate_phase_kind("train", rows, totals)
+    assert agg is not None and agg["verdict"] == "input-bound"
+    assert agg["input_cause"] == "workers" and agg["input_evidence"] == ["workers"]

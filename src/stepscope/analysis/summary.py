@@ -171,20 +171,26 @@ def aggregate_phase_kind(kind: str, phases: list[PhaseRow],
     if not rows:
         return None
     split = StepSplit()
+    waited: dict[int, float] = {}  # phase id -> its steady-state data wait, seconds
     for p in rows:
         s, steady = totals.get(p["phase_id"], PhaseTotals()).steady_split()
         if steady:
             split.merge(s)
+            waited[p["phase_id"]] = s.data_wait_s
     fields = split_fields(split)
     v = gpu_cross_check(decide_verdict(fields["data_wait_frac"], fields["transfer_frac"],
                                        fields["other_frac"], split.steps),
                         weighted_mean(rows, "gpu_util_pct"))
     seconds = sum(p["seconds"] for p in rows)
     images = sum(p["images"] for p in rows)
+    # The dominant cause is the one behind the most waiting, not the longest phases: a first
+    # epoch whose steps each waited 15 ms to receive a batch (main-process) outlasted an epoch
+    # that waited 1.6 s on restarted workers, and would have hidden persistent_workers=True.
     causes: dict[str, float] = {}
     for p in rows:
         if p["input_cause"]:
-            causes[p["input_cause"]] = causes.get(p["input_cause"], 0.0) + p["seconds"]
+            wait = waited.get(p["phase_id"], p["seconds"] * (p["data_wait_frac"] or 0.0))
+            causes[p["input_cause"]] = causes.get(p["input_cause"], 0.0) + wait
     cause = max(causes, key=causes.__getitem__) if v.verdict == "input-bound" and causes else None
     # The evidence, capacities and predicted fixes of the latest phase that decided the cause:
     # the first epoch's steps can run off a queue a loading pool filled while the train
