@@ -78,6 +78,19 @@ def test_exact_figures_from_known_counters(tmp_path: Path) -> None:
     assert ("host", "psi_cpu_some_pct") not in got  # no /proc/pressure/cpu here
     assert got[("host", "mem_used_bytes")] == 3000 * 1024
     assert got[("host", "mem_shmem_bytes")] == 20 * 1024
+    assert got[("host", "steal_pct")] == 0.0
+
+
+def test_a_vms_stolen_time_is_busy_and_its_own_series(tmp_path: Path) -> None:
+    proc = _fake_proc(tmp_path, [100, 0, 50, 800, 50, 0, 0, 0], 0, 4000)
+    sampler = HostSampler(proc=proc)
+    sampler.sample(10.0)
+    # 200 more jiffies: 60 user busy, 80 idle, 60 stolen by the hypervisor
+    _fake_proc(tmp_path, [160, 0, 50, 880, 50, 0, 0, 60], 0, 4000)
+    got = _by_key(sampler.sample(12.0))
+    assert got[("host", "steal_pct")] == 30.0
+    assert got[("host", "cpu_util_pct")] == 60.0  # no process here could have had it
+    assert ("cpu0", "steal_pct") not in got
 
 
 @given(st.lists(st.integers(0, 10**12), min_size=8, max_size=10))

@@ -83,6 +83,7 @@ def _unit(name: str) -> str:
 _METRICS: tuple[Metric, ...] = tuple(
     _m("host", "*", {
         "cpu_util_pct": "mean over the job's cores",
+        "steal_pct": "share of the CPU time the hypervisor ran other guests (a VM's steal)",
         "mem_total_bytes": "/proc/meminfo MemTotal",
         "mem_used_bytes": "MemTotal - MemAvailable",
         "mem_available_bytes": "/proc/meminfo MemAvailable",

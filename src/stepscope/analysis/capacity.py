@@ -132,6 +132,7 @@ class PhaseFigures(TypedDict, total=False):
     tree_cpu_pct: float | None  # the whole process tree, % of one core
     host_cpu_pct: float | None  # the host, % of all its cores
     host_cores: int | None
+    steal_pct: float | None  # the hypervisor's share of the host's CPU time (a VM's steal)
     seconds: float
     images: int
     repeat: bool  # a phase of the same kind ran before (its workers could have been kept)
@@ -156,6 +157,7 @@ class Capacity:
     cpu_images_per_s: float | None
     binding: str | None
     stage_ms_per_image: dict[str, float] = field(default_factory=dict)
+    steal_frac: float = 0.0  # of the host's CPU time, run by the hypervisor for other guests
 
     def to_dict(self) -> CapacityRow:
         # The row's keys are this dataclass's fields, one for one (contracts_summary.CapacityRow).
@@ -218,6 +220,7 @@ def build_capacity(phase: PhaseFigures, lf: LoaderFigures, cores: float | None,
         compute_cores=compute, spare_cores=spare, model_cpu_s_per_image=model_cpu,
         cpu_images_per_s=cpu_rate, binding=None,
         stage_ms_per_image={k: v / lf.items * 1000.0 for k, v in lf.stage_s.items()},
+        steal_frac=min(STEAL_MAX_FRAC, (phase.get("steal_pct") or 0.0) / 100.0),
     )
     cap.binding = _binding(cap, lf)
     return cap
@@ -406,6 +409,8 @@ GIL_ON_CPU_MAX_FRAC = 0.8
 GIL_MAX_CORES = 1.1
 GIL_ASLEEP_MIN_FRAC = 0.15
 GIL_WANT_MIN_CORES = 0.7
+STEAL_NOTABLE_FRAC = 0.05  # a VM's steal worth naming in the evidence
+STEAL_MAX_FRAC = 0.9  # beyond it a VM's figures say nothing of what its threads wanted
 
 
 @dataclass(frozen=True)
@@ -433,17 +438,25 @@ class ThreadFigures:
                 and self.cores_wanted >= GIL_WANT_MIN_CORES)
 
 
-def thread_figures(lf: LoaderFigures, seconds: float | None) -> ThreadFigures | None:
-    """The loading threads' figures; None when the workers are processes or were not timed."""
+def thread_figures(lf: LoaderFigures, seconds: float | None,
+                   steal_frac: float = 0.0) -> ThreadFigures | None:
+    """The loading threads' figures; None when the workers are processes or were not timed.
+
+    On a VM whose hypervisor ran other guests ``steal_frac`` of the time, a thread that held a
+    core was stopped that share of it without the guest seeing it (neither its CPU clock nor
+    its run-queue time grows), so what it wanted is its CPU time scaled back up. A rehearsal on
+    a VM losing ~30 % so read two GIL-bound threads as 0.55 of a core and not GIL-bound."""
     if not lf.worker_threads or not lf.worker_busy_s or not seconds or seconds <= 0 \
             or lf.items <= 0 or len(lf.worker_cpu_s) != len(lf.worker_busy_s):
         return None
+    cpu_s = sum(lf.worker_cpu_s)
     return ThreadFigures(
         busy_frac=[b / seconds for b in lf.worker_busy_s],
         cpu_frac=[c / seconds for c in lf.worker_cpu_s],
-        cores_used=sum(lf.worker_cpu_s) / seconds,
-        cores_wanted=(sum(lf.worker_cpu_s) + sum(lf.worker_runq_s)) / seconds,
-        cpu_s_per_image=sum(lf.worker_cpu_s) / lf.items)
+        cores_used=cpu_s / seconds,
+        cores_wanted=(cpu_s / (1.0 - min(steal_frac, STEAL_MAX_FRAC))
+                      + sum(lf.worker_runq_s)) / seconds,
+        cpu_s_per_image=cpu_s / lf.items)
 
 
 def predict_processes(cap: Capacity, lf: LoaderFigures, seconds: float | None
@@ -456,7 +469,7 @@ def predict_processes(cap: Capacity, lf: LoaderFigures, seconds: float | None
     The cores are the job's own (affinity, quota), not what a busy host left it during the
     phase: the GIL holds the threads to one core on any host, and other people's load comes
     and goes (the cause's evidence says when the host was contended)."""
-    tf = thread_figures(lf, seconds)
+    tf = thread_figures(lf, seconds, cap.steal_frac)
     if tf is None or not tf.gil_bound or tf.cpu_s_per_image <= 0 \
             or cap.consume_images_per_s is None:
         return None

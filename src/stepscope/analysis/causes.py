@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from stepscope.analysis.capacity import (
     CONTENDED_FRAC,
+    STEAL_NOTABLE_FRAC,
     Capacity,
     LoaderFigures,
     PhaseFigures,
@@ -209,7 +210,7 @@ def decide_threads_cause(ev: InputEvidence, lf: LoaderFigures, cap: Capacity | N
     """``workers`` for loading threads that take turns holding the GIL while the job has cores
     for processes (each thread's wall and CPU time per batch); None otherwise."""
     seconds = phase.get("seconds")
-    tf = thread_figures(lf, seconds)
+    tf = None if cap is None else thread_figures(lf, seconds, cap.steal_frac)
     if tf is None or cap is None or is_cold(ev):
         return None
     pred = predict_processes(cap, lf, seconds)
@@ -228,4 +229,8 @@ def decide_threads_cause(ev: InputEvidence, lf: LoaderFigures, cap: Capacity | N
         lines.append(f"the threads also waited for a free core {fmt_pct(lf.fetch_runq_s / lf.fetch_s)}"
                      " of their busy time (other processes share these cores): gains may be "
                      "smaller")
+    if cap.steal_frac >= STEAL_NOTABLE_FRAC:
+        lines.append(f"the hypervisor ran other guests on this VM's cores "
+                     f"{fmt_pct(cap.steal_frac)} of the time (steal): the threads' CPU is counted "
+                     "with the share of it they lost so")
     return InputCause("workers", lines)

@@ -77,6 +77,7 @@ class CapacityRow(TypedDict):
     cpu_images_per_s: float | None
     binding: str | None
     stage_ms_per_image: dict[str, float]
+    steal_frac: float
 
 
 class _PredictionCore(TypedDict):
@@ -128,6 +129,7 @@ class _PhaseCore(StepSplitFields):
     dataset_resident_frac_end: float | None
     cpu_util_pct: float | None
     cpu_util_max_pct: float | None
+    steal_pct: float | None  # a VM's CPU time the hypervisor gave other guests (None: not one)
     main_cpu_pct: float | None
     workers: int
     worker_cpu_pct: list[float]

@@ -359,12 +359,14 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
     verdict = gpu_cross_check(_phase_verdict(split, steady, fields, totals.raw), gpu_util)
     lf = loader_figures(_with_step_waits(ctx.stages.get(ph.phase_id), totals.raw or []))
     main_cpu = ev.main_cpu_pct
+    steal = ctx.cache.mean("host", "steal_pct", t0, t1)
     cap = None if lf is None else build_capacity(
         {"step_ms_per_image": fields["step_ms_per_image"],
          "data_wait_ms_per_image": fields["data_wait_ms_per_image"],
          "main_cpu_pct": main_cpu, "seconds": seconds, "images": images,
          "tree_cpu_pct": ctx.cache.mean("tree", "cpu_util_pct", t0, t1),
-         "host_cpu_pct": ev.host_cpu_pct, "host_cores": ctx.host_cores},
+         "host_cpu_pct": ev.host_cpu_pct, "host_cores": ctx.host_cores,
+         "steal_pct": steal},
         lf, ctx.cores, is_cold(ev))
     # A loader's workers can only be kept from a previous phase of the same kind.
     repeat = (ph.rank, ph.phase) in ctx.seen
@@ -395,7 +397,7 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
         "disk_read_rate_bytes_per_s": disk / seconds if disk is not None and seconds else None,
         "dataset_resident_frac_start": ph.resident_frac_start,
         "dataset_resident_frac_end": ph.resident_frac_end,
-        "cpu_util_pct": ev.host_cpu_pct,
+        "cpu_util_pct": ev.host_cpu_pct, "steal_pct": steal,
         "cpu_util_max_pct": ctx.cache.peak("host", "cpu_util_pct").max(t0, t1),
         "main_cpu_pct": ev.main_cpu_pct, "workers": ev.workers,
         "worker_cpu_pct": ev.worker_cpu_pct, "loader_cpu_ms_per_image": loader_ms,
@@ -440,7 +442,7 @@ def _loader_row(lf: LoaderFigures | None, cap: Capacity | None, seconds: float
     if lf is None:
         return None
     alive = seconds * len(lf.worker_busy_s)
-    threads = thread_figures(lf, seconds)
+    threads = thread_figures(lf, seconds, cap.steal_frac if cap else 0.0)
     gil = None if cap is None else predict_processes(cap, lf, seconds)
     return {
         "workers": lf.workers, "persistent_workers": lf.persistent, "items": lf.items,

@@ -39,17 +39,19 @@ class CpuTimes:
 
     busy: int
     total: int
+    steal: int = 0
 
 
 def parse_proc_stat(text: str) -> dict[str, CpuTimes]:
     """Parse the ``cpu``/``cpuN`` lines of /proc/stat into busy and total jiffies.
 
     Idle and iowait count as not busy: a core waiting for the disk is free to run other work.
-    ``guest`` time is already inside ``user`` so it is not added again.
+    ``guest`` time is already inside ``user`` so it is not added again. Steal (the hypervisor
+    running other guests on this VM's cores) is busy: no process here could have had it.
 
     Examples:
-        >>> parse_proc_stat("cpu0 10 0 5 80 5 0 0 0 0 0\\n")["cpu0"]
-        CpuTimes(busy=15, total=100)
+        >>> parse_proc_stat("cpu0 10 0 5 80 5 0 0 3 0 0\\n")["cpu0"]
+        CpuTimes(busy=18, total=103, steal=3)
     """
     out: dict[str, CpuTimes] = {}
     for line in text.splitlines():
@@ -59,7 +61,8 @@ def parse_proc_stat(text: str) -> dict[str, CpuTimes]:
         ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
         total = sum(ticks)
         idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-        out[name] = CpuTimes(busy=total - idle, total=total)
+        steal = ticks[7] if len(ticks) > 7 else 0
+        out[name] = CpuTimes(busy=total - idle, total=total, steal=steal)
     return out
 
 
@@ -145,6 +148,11 @@ class HostSampler:
             pct = 100.0 * (times.busy - prev.busy) / (times.total - prev.total)
             source = "host" if name == "cpu" else name
             out.append(Sample(now, source, "cpu_util_pct", max(0.0, min(100.0, pct))))
+            if name == "cpu":
+                # A VM's stolen time: its threads were runnable but neither on a CPU nor in
+                # its run queue, so their CPU clocks and schedstat do not show it.
+                steal = 100.0 * (times.steal - prev.steal) / (times.total - prev.total)
+                out.append(Sample(now, "host", "steal_pct", max(0.0, min(100.0, steal))))
         self._cpu = cur
         return out
 
