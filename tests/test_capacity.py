@@ -68,6 +68,21 @@ def test_saturated_cores_are_cpu_and_never_more_workers() -> None:
     assert cap is not None and workers_target(cap, lf) is None
 
 
+def test_cores_a_hypervisor_took_are_not_the_jobs_to_fill() -> None:
+    # A suite run (cpu_saturated, monitor): 2 workers at 24.6 ms of CPU an image, the model
+    # 4 ms, on 2 cores: at most 70 img/s, yet the phase ran at 49 with the loaders hardly in
+    # the run queue: each image took 41 ms in a loader for its 24.6 ms of CPU. The missing
+    # ~0.6 core was the hypervisor's (steal), unseen by the loaders.
+    lf = _lf(workers=2, items=800.0, fetch_s=33.0, fetch_cpu_s=19.7, fetch_runq_s=0.3,
+             worker_busy_s=[16.3, 16.3], wait_s=8.5, not_ready=90)
+    ph = {**_phase(20.4, 10.6, main_cpu=20.0, seconds=16.3)}
+    assert _cause(lf, InputEvidence(workers=2), 2, ph).cause == "workers"  # what it read
+    c = _cause(lf, InputEvidence(workers=2), 2, {**ph, "steal_pct": 30.0})
+    assert c.cause == "cpu", c.evidence
+    assert any("hypervisor's other guests (steal, 30 % of this VM's CPU time) and any other "
+               "processes left it 1.4" in line for line in c.evidence), c.evidence
+
+
 def test_one_allowed_core_inline_is_cpu() -> None:
     lf = _lf(workers=0, fetch_s=6.0, fetch_cpu_s=5.8, worker_busy_s=[], wait_cpu_s=5.8)
     c = _cause(lf, InputEvidence(workers=0), 1, _phase(main_cpu=100.0))

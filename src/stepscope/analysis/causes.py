@@ -159,8 +159,12 @@ def _cores_line(cap: Capacity) -> str:
         " cores (affinity, cgroup quota)"
     got = cap.obtainable_cores
     if got is not None and cap.job_cores is not None and got < cap.job_cores - 0.25:
-        line += (f", but the host's other processes left it {got:.1f} (its own CPU plus the "
-                 "host's idle time)")
+        if cap.steal_frac < STEAL_NOTABLE_FRAC:
+            line += (f", but the host's other processes left it {got:.1f} (its own CPU plus "
+                     "the host's idle time)")
+        else:
+            line += (f", but the hypervisor's other guests (steal, {fmt_pct(cap.steal_frac)} of "
+                     f"this VM's CPU time) and any other processes left it {got:.1f}")
     if cap.cpu_images_per_s is None or cap.model_cpu_s_per_image is None:
         return line
     return (f"{line}: at {cap.model_cpu_s_per_image * 1000:.1f} ms of model CPU and "
