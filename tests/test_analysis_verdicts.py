@@ -111,3 +111,21 @@ def test_never_input_bound_while_the_gpu_is_busy() -> None:
     assert busy.verdict == "compute-bound" and busy.weak and "96 %" in (busy.note or "")
     assert gpu_cross_check(waited, 60.0) == waited
     assert gpu_cross_check(waited, None) == waited  # no GPU measured: the split decides
+
+
+def test_a_vms_steal_is_not_a_core_to_spare() -> None:
+    # Two loader processes burning CPU on a 2-core VM whose hypervisor ran other guests 30 %
+    # of the time: each reads ~66 % of a core and the job ~68 % of its cores, all it could get.
+    ev = InputEvidence(workers=2, worker_cpu_pct=[66.0, 67.0], job_cpu_pct=68.0, steal_pct=30.0)
+    c = decide_input_cause(ev)
+    assert c.cause == "cpu", c.evidence
+    assert "2 workers at 66 %, 67 % of a core (the hypervisor ran other guests 30 % of this " \
+           "VM's CPU time: steal)" in c.evidence[0].replace("DataLoader workers", "workers")
+    # The same figures without the steal series: cores to spare, and no word of a hypervisor.
+    c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[66.0, 67.0],
+                                         job_cpu_pct=68.0))
+    assert c.cause == "workers" and "hypervisor" not in " ".join(c.evidence)
+    # A little steal changes nothing and is not named.
+    c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[66.0, 67.0],
+                                         job_cpu_pct=68.0, steal_pct=2.0))
+    assert c.cause == "workers" and "hypervisor" not in " ".join(c.evidence)

@@ -54,6 +54,23 @@ def job_cpu_capacity(affinity: float | None, quota_cores: float | None) -> float
     return min(vals) if vals else None
 
 
+STEAL_NOTABLE_FRAC = 0.05  # a VM's steal worth naming in the evidence
+STEAL_MAX_FRAC = 0.9  # beyond it a VM's figures say nothing of what its processes wanted
+
+
+def unstolen(steal_pct: float | None) -> float:
+    """The share of each core's time a VM's processes could have: what the hypervisor did not
+    run other guests in (``host`` ``steal_pct``). A process stopped so is neither on a CPU nor
+    in the run queue (the kernel's paravirt accounting keeps steal out of both clocks), so a
+    busy loop reads as ``1 - steal`` of a core, and the job's cores hold that much less.
+
+    Examples:
+        >>> unstolen(None), unstolen(30.0), round(unstolen(100.0), 2)
+        (1.0, 0.7, 0.1)
+    """
+    return 1.0 - min(STEAL_MAX_FRAC, max(0.0, (steal_pct or 0.0) / 100.0))
+
+
 # -- DataLoader workers ---------------------------------------------------------------------------
 
 # Images per second one CPU worker delivers, by augmentation backend, measured on a 2-core

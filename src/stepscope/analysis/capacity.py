@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
 from stepscope.analysis.contracts_summary import CapacityRow, PredictionRow
+from stepscope.policy import unstolen
 
 # Headroom asked of the loaders over what the model consumes: steps vary, and a queue that is
 # only just fed still stalls on every slow batch.
@@ -203,7 +204,7 @@ def build_capacity(phase: PhaseFigures, lf: LoaderFigures, cores: float | None,
     # overlap their sleeps (and their waits for a core) when there are more of them.
     contended = lf.fetch_runq_s >= CONTENDED_FRAC * lf.fetch_s \
         and lf.blocked_s < LATENCY_BOUND_FRAC * lf.fetch_s
-    steal = min(STEAL_MAX_FRAC, (phase.get("steal_pct") or 0.0) / 100.0)
+    steal = 1.0 - unstolen(phase.get("steal_pct"))
     got = obtainable_cores(cores, phase) if contended else cores
     if not contended and got is not None:
         # On a VM the hypervisor's steal is the part of each core no process here could have:
@@ -416,8 +417,6 @@ GIL_ON_CPU_MAX_FRAC = 0.8
 GIL_MAX_CORES = 1.1
 GIL_ASLEEP_MIN_FRAC = 0.15
 GIL_WANT_MIN_CORES = 0.7
-STEAL_NOTABLE_FRAC = 0.05  # a VM's steal worth naming in the evidence
-STEAL_MAX_FRAC = 0.9  # beyond it a VM's figures say nothing of what its threads wanted
 
 
 @dataclass(frozen=True)
@@ -461,8 +460,7 @@ def thread_figures(lf: LoaderFigures, seconds: float | None,
         busy_frac=[b / seconds for b in lf.worker_busy_s],
         cpu_frac=[c / seconds for c in lf.worker_cpu_s],
         cores_used=cpu_s / seconds,
-        cores_wanted=(cpu_s / (1.0 - min(steal_frac, STEAL_MAX_FRAC))
-                      + sum(lf.worker_runq_s)) / seconds,
+        cores_wanted=(cpu_s / unstolen(100.0 * steal_frac) + sum(lf.worker_runq_s)) / seconds,
         cpu_s_per_image=cpu_s / lf.items)
 
 

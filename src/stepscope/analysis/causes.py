@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from stepscope.analysis.capacity import (
     CONTENDED_FRAC,
-    STEAL_NOTABLE_FRAC,
     Capacity,
     LoaderFigures,
     PhaseFigures,
@@ -50,6 +49,7 @@ from stepscope.analysis.verdicts import (
     InputCause,
     InputEvidence,
 )
+from stepscope.policy import STEAL_NOTABLE_FRAC
 
 STARTUP_DOMINANT_FRAC = 0.5
 BLOCKED_HIGH_FRAC = 0.5

@@ -308,6 +308,7 @@ def _input_evidence(ph: PhaseRecord, ctx: PhaseContext, t0: float, t1: float,
         disk_wait_frac=_disk_wait_frac(ctx.cache, loader_pids, t0, t1),
         disk_busy_pct=_disk_busy(ctx.cache, t0, t1), worker_word=ctx.worker_word,
         job_cpu_pct=_job_cpu_pct(ctx, t0, t1),
+        steal_pct=ctx.cache.mean("host", "steal_pct", t0, t1),
     )
     return ev, loader_ms
 
@@ -359,7 +360,7 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
     verdict = gpu_cross_check(_phase_verdict(split, steady, fields, totals.raw), gpu_util)
     lf = loader_figures(_with_step_waits(ctx.stages.get(ph.phase_id), totals.raw or []))
     main_cpu = ev.main_cpu_pct
-    steal = ctx.cache.mean("host", "steal_pct", t0, t1)
+    steal = ev.steal_pct
     cap = None if lf is None else build_capacity(
         {"step_ms_per_image": fields["step_ms_per_image"],
          "data_wait_ms_per_image": fields["data_wait_ms_per_image"],

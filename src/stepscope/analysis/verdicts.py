@@ -23,7 +23,8 @@ The input cause, decided from the evidence in this order (each threshold below):
 1. ``cpu``      the loader's CPU is saturated: DataLoader workers average ≥ 85 % of a core each,
    or the host's cores average ≥ 90 % busy (more workers cannot help then), or, with
    ``workers == 0``, the training process itself is ≥ 85 % of a core (it decodes and augments
-   between steps).
+   between steps). On a VM these bounds are of what the hypervisor left it (× ``1 - steal``,
+   ``policy.unstolen``): a process stopped while it ran other guests reads less than a core.
 2. ``storage``  the phase read from disk (physical reads ≥ 50 % of the bytes the process read,
    or the dataset < 50 % page-cache resident at phase start) *and* the loaders stalled on it:
    pressure-stall I/O ≥ 20 %, loader processes in disk wait (state D) in ≥ 20 % of samples,
@@ -39,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepscope.analysis.fmt import fmt_bytes, fmt_count, fmt_pct
+from stepscope.policy import STEAL_NOTABLE_FRAC, unstolen
 
 BOUND_FRAC = 0.20
 # Non-compute parts that together take half the step make the model's work the minority.
@@ -161,6 +163,9 @@ class InputEvidence:
     # not the host's figure, says whether the job's cores are saturated: on a shared machine
     # other people's processes keep the host busy while this job has a core to spare.
     job_cpu_pct: float | None = None
+    # A VM's stolen share of the CPU time (``host`` ``steal_pct``): a process's CPU cannot
+    # reach a whole core, nor the job's its cores, by that much (policy.unstolen).
+    steal_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -171,23 +176,33 @@ class InputCause:
     evidence: list[str]
 
 
+def _stolen(ev: InputEvidence) -> str:
+    """The clause naming a VM's steal, when it is worth naming ('' otherwise)."""
+    if 1.0 - unstolen(ev.steal_pct) < STEAL_NOTABLE_FRAC:
+        return ""
+    return (f" (the hypervisor ran other guests {ev.steal_pct:.0f} % of this VM's CPU time: "
+            "steal)")
+
+
 def _cpu_saturated(ev: InputEvidence) -> list[str]:
     """Evidence lines if the loader's CPU is the limit, else []."""
     lines: list[str] = []
+    left = unstolen(ev.steal_pct)  # of each core, what the hypervisor left this VM
     if ev.workers > 0 and ev.worker_cpu_pct:
         mean = sum(ev.worker_cpu_pct) / len(ev.worker_cpu_pct)
-        if mean >= WORKER_SATURATED_PCT:
+        if mean >= WORKER_SATURATED_PCT * left:
             each = ", ".join(f"{p:.0f} %" for p in ev.worker_cpu_pct)
             n = fmt_count(len(ev.worker_cpu_pct), ev.worker_word)
-            lines.append(f"{n} at {each} of a core")
-    if ev.workers == 0 and ev.main_cpu_pct is not None and ev.main_cpu_pct >= WORKER_SATURATED_PCT:
+            lines.append(f"{n} at {each} of a core{_stolen(ev)}")
+    if ev.workers == 0 and ev.main_cpu_pct is not None \
+            and ev.main_cpu_pct >= WORKER_SATURATED_PCT * left:
         lines.append(
-            f"workers=0: the training process loads inline at {ev.main_cpu_pct:.0f} % of a core"
-        )
+            f"workers=0: the training process loads inline at {ev.main_cpu_pct:.0f} % of a "
+            f"core{_stolen(ev)}")
     if ev.job_cpu_pct is not None:
-        if ev.job_cpu_pct >= CORES_BUSY_PCT and not _loaders_in_disk_wait(ev):
+        if ev.job_cpu_pct >= CORES_BUSY_PCT * left and not _loaders_in_disk_wait(ev):
             lines.append(f"the job's cores busy: its processes used {ev.job_cpu_pct:.0f} % of "
-                         "the cores it may use")
+                         f"the cores it may use{_stolen(ev)}")
     elif ev.host_cpu_pct is not None and ev.host_cpu_pct >= CORES_BUSY_PCT \
             and not _loaders_in_disk_wait(ev):
         lines.append(f"all cores busy: host CPU {ev.host_cpu_pct:.0f} % on average")
@@ -262,7 +277,8 @@ def decide_input_cause(ev: InputEvidence) -> InputCause:
             lines.append("workers at " + ", ".join(f"{p:.0f} %" for p in ev.worker_cpu_pct)
                          + " of a core")
         if ev.job_cpu_pct is not None:
-            lines.append(f"the job used {ev.job_cpu_pct:.0f} % of its cores (cores to spare)")
+            lines.append(f"the job used {ev.job_cpu_pct:.0f} % of its cores (cores to spare)"
+                         f"{_stolen(ev)}")
         elif ev.host_cpu_pct is not None:
             lines.append(f"host CPU {ev.host_cpu_pct:.0f} % (cores to spare)")
         if not cold and ev.rchar_bytes:
