@@ -64,13 +64,19 @@ def _fake_proc(root: Path, cpu: list[int], io_some_us: int, mem_kb: int) -> Path
     return root
 
 
-def test_exact_figures_from_known_counters(tmp_path: Path) -> None:
+def _sampled_across(tmp_path: Path, cpu_after: list[int], io_some_us: int
+                    ) -> dict[tuple[str, str], float]:
+    """The samples over 2 s from a fixed baseline /proc tree to one with ``cpu_after``."""
     proc = _fake_proc(tmp_path, [100, 0, 50, 800, 50, 0, 0, 0], 0, 4000)
     sampler = HostSampler(proc=proc)
     sampler.sample(10.0)
+    _fake_proc(tmp_path, cpu_after, io_some_us, 4000)
+    return _by_key(sampler.sample(12.0))
+
+
+def test_exact_figures_from_known_counters(tmp_path: Path) -> None:
     # 200 more jiffies: 60 user + 20 system busy, 100 idle + 20 iowait not busy
-    _fake_proc(tmp_path, [160, 0, 70, 900, 70, 0, 0, 0], 500_000, 4000)
-    got = _by_key(sampler.sample(12.0))
+    got = _sampled_across(tmp_path, [160, 0, 70, 900, 70, 0, 0, 0], 500_000)
     assert got[("host", "cpu_util_pct")] == 40.0
     assert got[("cpu0", "cpu_util_pct")] == 40.0
     assert got[("host", "psi_io_some_pct")] == 25.0  # 0.5 s stalled out of 2 s
@@ -82,12 +88,8 @@ def test_exact_figures_from_known_counters(tmp_path: Path) -> None:
 
 
 def test_a_vms_stolen_time_is_busy_and_its_own_series(tmp_path: Path) -> None:
-    proc = _fake_proc(tmp_path, [100, 0, 50, 800, 50, 0, 0, 0], 0, 4000)
-    sampler = HostSampler(proc=proc)
-    sampler.sample(10.0)
     # 200 more jiffies: 60 user busy, 80 idle, 60 stolen by the hypervisor
-    _fake_proc(tmp_path, [160, 0, 50, 880, 50, 0, 0, 60], 0, 4000)
-    got = _by_key(sampler.sample(12.0))
+    got = _sampled_across(tmp_path, [160, 0, 50, 880, 50, 0, 0, 60], 0)
     assert got[("host", "steal_pct")] == 30.0
     assert got[("host", "cpu_util_pct")] == 60.0  # no process here could have had it
     assert ("cpu0", "steal_pct") not in got

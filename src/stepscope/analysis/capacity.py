@@ -204,14 +204,14 @@ def build_capacity(phase: PhaseFigures, lf: LoaderFigures, cores: float | None,
     # overlap their sleeps (and their waits for a core) when there are more of them.
     contended = lf.fetch_runq_s >= CONTENDED_FRAC * lf.fetch_s \
         and lf.blocked_s < LATENCY_BOUND_FRAC * lf.fetch_s
-    steal = 1.0 - unstolen(phase.get("steal_pct"))
+    left = unstolen(phase.get("steal_pct"))
     got = obtainable_cores(cores, phase) if contended else cores
     if not contended and got is not None:
         # On a VM the hypervisor's steal is the part of each core no process here could have:
         # the job's loaders were not seen waiting (steal is neither run-queue time nor their
         # CPU), yet a suite run whose host lost ~30 % so ran 2 saturated loaders at 70 % of the
         # 2 cores' ceiling and was told "more workers".
-        got *= 1.0 - steal
+        got *= left
     spare = None if got is None else max(0.0, got - (compute if compute is not None else 1.0))
     cpu_rate = None
     if got is not None and model_cpu is not None and model_cpu + cpu_per_image > 0:
@@ -228,7 +228,7 @@ def build_capacity(phase: PhaseFigures, lf: LoaderFigures, cores: float | None,
         compute_cores=compute, spare_cores=spare, model_cpu_s_per_image=model_cpu,
         cpu_images_per_s=cpu_rate, binding=None,
         stage_ms_per_image={k: v / lf.items * 1000.0 for k, v in lf.stage_s.items()},
-        steal_frac=steal,
+        steal_frac=1.0 - left,
     )
     cap.binding = _binding(cap, lf)
     return cap
