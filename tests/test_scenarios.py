@@ -206,12 +206,22 @@ def test_validation_loads_faster_than_training(synth400: Path, tmp_path: Path) -
 @pytest.mark.slow  # ~60 s: 25 steps of Keras-style augmentation on two loaded cores
 def test_cores_saturated_by_augmentation_with_as_many_workers_as_cores(synth400: Path,
                                                                        tmp_path: Path) -> None:
-    """Two workers augmenting Keras-style (~5 ms of CPU an image) on a two-core job, the trunk on
-    the same cores: the job's cores are the limit, and the advice must not be more workers."""
+    """Two workers augmenting Keras-style (~3-4 ms of CPU an image) on a two-core job, the trunk
+    on the same cores: the job's cores are the limit, and the advice must not be more workers.
+
+    32 images a batch: the small trunk's step is mostly fixed cost, so at 8 the model consumed
+    ~441 img/s against the two loaders' ~411, and the planted wait sat on the 20 % line (19-32 %
+    here; a CI rehearsal read 19 %, compute-bound). At 32 the model takes ~0.9 ms of CPU an
+    image to the loaders' ~3.5, and the wait read 38-43 % (6 runs, 2026-12-03). The train list
+    is the 320 images three times over, for the 25 steps a firm verdict needs.
+    """
     cores = usable_cores()
+    train_csv = tmp_path / "train_x3.csv"
+    header, *rows = (synth400 / "train.csv").read_text().splitlines()
+    train_csv.write_text("\n".join([header, *rows * 3]) + "\n")
     s = _run("saturated", synth400, tmp_path, model=SMALL_MODEL, img_size=64, augment="seed",
              aug_backend="keras", workers=str(cores), threads=SMALL_THREADS,
-             max_steps=FIRM_STEPS)
+             max_steps=FIRM_STEPS, batch_size=32, csv=str(train_csv))
     tr = s["by_phase"]["train"]
     assert tr["verdict"] == "input-bound"
     assert tr["input_cause"] == "cpu", tr["input_evidence"]
