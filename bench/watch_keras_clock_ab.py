@@ -16,11 +16,20 @@ difference between copies is only what the clocks put in the graph. A round is o
 the figure is each copy's throughput ÷ ``bare``'s in the same round, median over rounds.
 Drift within a round still counts: at 60 steps an epoch (~1 s) single rounds read 0.50-1.10 on a
 busy host (2026-12-03), and one run's 0.50 for ``fetch+end`` did not come back in the next two.
-Use long epochs and many rounds; no figure in the docs rests on this bench yet.
+Use long epochs and many rounds.
+
+``--interleave step`` alternates single steps instead of epochs: each copy's train function is
+called on its own endless ``tf.data`` iterator, a call at a time, in a rotating order, and the
+clocked copies' calls include the loop's read of the clock (``GraphClock.take``, as watch reads
+it at the next batch-begin). Each copy's figure is its median call's wall time and its mean CPU
+time (all the process's threads) less ``bare``'s, in microseconds. A fourth copy,
+``bare-last``, is traced bare after the others: copies of one model traced at different times
+differ by themselves (memory layout, thread placement), and its difference from ``bare`` is how
+far apart two identical copies read in this run.
 
 Usage:
     PYTHONPATH=src .venv/bin/python bench/watch_keras_clock_ab.py [--rounds 8] [--steps 150]
-        [--input pydataset|tfdata]
+        [--input pydataset|tfdata] [--interleave epoch|step]
 
 The last line is the headline as one JSON object.
 """
@@ -46,7 +55,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=150, help="training steps per epoch")
     ap.add_argument("--input", choices=("pydataset", "tfdata"), default="pydataset")
+    ap.add_argument("--interleave", choices=("epoch", "step"), default="epoch",
+                    help="alternate whole epochs through fit, or single train-function calls "
+                         "(tf.data input; --rounds are then rounds of one step per copy)")
     args = ap.parse_args()
+    if args.interleave == "step" and args.input != "tfdata":
+        ap.error("--interleave step feeds each copy its own tf.data iterator: use --input tfdata")
 
     import keras
     import numpy as np
@@ -100,7 +114,8 @@ def main() -> None:
     originals = (iterator_ops.OwnedIterator._next_internal,
                  iterator_ops.OwnedIterator.get_next_as_optional)
     rec = Recorder(Channel(os.open(os.devnull, os.O_WRONLY)))
-    backends.patch_backend("tensorflow", rec, KerasSteps(rec, count_images))
+    steps = KerasSteps(rec, count_images)
+    backends.patch_backend("tensorflow", rec, steps)
     clocked = (iterator_ops.OwnedIterator._next_internal,
                iterator_ops.OwnedIterator.get_next_as_optional)
     with_end = trainer.TensorFlowTrainer._autoconvert_optionals
@@ -114,6 +129,20 @@ def main() -> None:
     epoch(copies["fetch+end"])
     assert (iterator_ops.OwnedIterator._next_internal,
             iterator_ops.OwnedIterator.get_next_as_optional) == clocked != originals
+
+    if args.interleave == "step":
+        # the fourth copy, traced bare last: the clocks and the step-end wrapper taken out
+        iterator_ops.OwnedIterator._next_internal, \
+            iterator_ops.OwnedIterator.get_next_as_optional = originals
+        trainer.TensorFlowTrainer._autoconvert_optionals = _unwrapped(with_end)
+        copies["bare-last"] = model()
+        epoch(copies["bare-last"])
+        iterator_ops.OwnedIterator._next_internal, \
+            iterator_ops.OwnedIterator.get_next_as_optional = clocked
+        trainer.TensorFlowTrainer._autoconvert_optionals = with_end
+        _step_rounds(copies, steps.graph_clock, args.rounds,
+                     lambda: iter(data().repeat()))
+        return
 
     names = list(copies)
     rates: dict[str, list[float]] = {k: [] for k in names}
@@ -134,6 +163,41 @@ def main() -> None:
                       "rounds": args.rounds, "bare_img_s": round(statistics.median(rates["bare"])),
                       **{k: round(v, 4) for k, v in ratios.items()},
                       "spread": spreads}))
+
+
+def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
+                 iterator: Any) -> None:
+    """One train-function call of each copy a round, rotating; prints the per-call figures."""
+    names = list(copies)
+    its = {k: iterator() for k in names}
+    clocked = {"fetch", "fetch+end"}
+    for _ in range(20):  # warm: each copy's function is traced for its iterator
+        for k in names:
+            copies[k].train_function(its[k])
+    wall: dict[str, list[float]] = {k: [] for k in names}
+    cpu: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            copies[k].train_function(its[k])
+            if k in clocked:
+                clock.take()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    half = rounds // 2
+    med = {k: statistics.median(wall[k]) * 1e6 for k in names}
+    mean_cpu = {k: statistics.fmean(cpu[k]) * 1e6 for k in names}
+    halves = {k: [round((statistics.median(wall[k][h]) - statistics.median(wall["bare"][h]))
+                        * 1e6) for h in (slice(0, half), slice(half, None))] for k in names[1:]}
+    print(f"bare call: median {med['bare']:.0f} us wall, {mean_cpu['bare']:.0f} us CPU; "
+          "less bare (wall median, its halves; CPU mean): "
+          + ", ".join(f"{k} {med[k] - med['bare']:+.0f} {halves[k]} {mean_cpu[k] - mean_cpu['bare']:+.0f}"
+                      for k in names[1:]))
+    print(json.dumps({"figure": "watch_keras_clock_ab_steps", "rounds": rounds,
+                      "bare_call_us": round(med["bare"]),
+                      "wall_us": {k: round(med[k] - med["bare"]) for k in names[1:]},
+                      "wall_us_halves": halves,
+                      "cpu_us": {k: round(mean_cpu[k] - mean_cpu["bare"]) for k in names[1:]}}))
 
 
 def _unwrapped(patched: Any) -> Any:
