@@ -21,15 +21,16 @@ Use long epochs and many rounds.
 ``--interleave step`` alternates single steps instead of epochs: each copy's train function is
 called on its own endless ``tf.data`` iterator, a call at a time, in a rotating order, and the
 clocked copies' calls include the loop's read of the clock (``GraphClock.take``, as watch reads
-it at the next batch-begin). Each copy's figure is its median call's wall time and its mean CPU
-time (all the process's threads) less ``bare``'s, in microseconds. A fourth copy,
+it at the next batch-begin; ``--read-every N`` reads it after every Nth round only, a what-if).
+Each copy's figure is its median call's wall time and its mean CPU time (all the process's
+threads) less ``bare``'s, in microseconds. A fourth copy,
 ``bare-last``, is traced bare after the others: copies of one model traced at different times
 differ by themselves (memory layout, thread placement), and its difference from ``bare`` is how
 far apart two identical copies read in this run.
 
 Usage:
     PYTHONPATH=src .venv/bin/python bench/watch_keras_clock_ab.py [--rounds 8] [--steps 150]
-        [--input pydataset|tfdata] [--interleave epoch|step]
+        [--input pydataset|tfdata] [--interleave epoch|step] [--read-every 1]
 
 The last line is the headline as one JSON object.
 """
@@ -58,6 +59,9 @@ def main() -> None:
     ap.add_argument("--interleave", choices=("epoch", "step"), default="epoch",
                     help="alternate whole epochs through fit, or single train-function calls "
                          "(tf.data input; --rounds are then rounds of one step per copy)")
+    ap.add_argument("--read-every", type=int, default=1,
+                    help="with --interleave step: read the clock after every Nth call of a "
+                         "clocked copy, not each (watch reads it each step; a what-if)")
     args = ap.parse_args()
     if args.interleave == "step" and args.input != "tfdata":
         ap.error("--interleave step feeds each copy its own tf.data iterator: use --input tfdata")
@@ -141,7 +145,7 @@ def main() -> None:
             iterator_ops.OwnedIterator.get_next_as_optional = clocked
         trainer.TensorFlowTrainer._autoconvert_optionals = with_end
         _step_rounds(copies, steps.graph_clock, args.rounds,
-                     lambda: iter(data().repeat()))
+                     lambda: iter(data().repeat()), args.read_every)
         return
 
     names = list(copies)
@@ -166,38 +170,58 @@ def main() -> None:
 
 
 def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
-                 iterator: Any) -> None:
+                 iterator: Any, read_every: int = 1) -> None:
     """One train-function call of each copy a round, rotating; prints the per-call figures."""
     names = list(copies)
     its = {k: iterator() for k in names}
     clocked = {"fetch", "fetch+end"}
-    for _ in range(20):  # warm: each copy's function is traced for its iterator
+    traced = {k: _tracing_count(copies[k]) for k in names}
+    for _ in range(20):  # warm
         for k in names:
             copies[k].train_function(its[k])
+    # The hooks are installed now: a copy traced again for these iterators would be clocked.
+    again = [k for k in names if _tracing_count(copies[k]) != traced[k]]
+    if again:
+        sys.exit(f"traced again for the step iterators, under the hooks: {again}")
     wall: dict[str, list[float]] = {k: [] for k in names}
     cpu: dict[str, list[float]] = {k: [] for k in names}
     for r in range(rounds):
         for k in names[r % len(names):] + names[:r % len(names)]:
             t0, c0 = time.perf_counter(), time.process_time()
             copies[k].train_function(its[k])
-            if k in clocked:
+            if k in clocked and r % read_every == 0:
                 clock.take()
             wall[k].append(time.perf_counter() - t0)
             cpu[k].append(time.process_time() - c0)
     half = rounds // 2
     med = {k: statistics.median(wall[k]) * 1e6 for k in names}
     mean_cpu = {k: statistics.fmean(cpu[k]) * 1e6 for k in names}
+    # the mean carries a read made every Nth round only; the median is a call without one
+    mean = {k: statistics.fmean(sorted(wall[k])[:int(0.95 * rounds)]) * 1e6 for k in names}
     halves = {k: [round((statistics.median(wall[k][h]) - statistics.median(wall["bare"][h]))
                         * 1e6) for h in (slice(0, half), slice(half, None))] for k in names[1:]}
     print(f"bare call: median {med['bare']:.0f} us wall, {mean_cpu['bare']:.0f} us CPU; "
           "less bare (wall median, its halves; CPU mean): "
           + ", ".join(f"{k} {med[k] - med['bare']:+.0f} {halves[k]} {mean_cpu[k] - mean_cpu['bare']:+.0f}"
-                      for k in names[1:]))
+                      for k in names[1:])
+          + "; wall, mean of the fastest 95 %: "
+          + ", ".join(f"{k} {mean[k] - mean['bare']:+.0f}" for k in names[1:]))
     print(json.dumps({"figure": "watch_keras_clock_ab_steps", "rounds": rounds,
+                      "read_every": read_every,
                       "bare_call_us": round(med["bare"]),
                       "wall_us": {k: round(med[k] - med["bare"]) for k in names[1:]},
                       "wall_us_halves": halves,
+                      "wall_mean95_us": {k: round(mean[k] - mean["bare"]) for k in names[1:]},
                       "cpu_us": {k: round(mean_cpu[k] - mean_cpu["bare"]) for k in names[1:]}}))
+
+
+def _tracing_count(model: Any) -> int:
+    """How often the train function's ``tf.function`` (in the closure Keras returns) traced."""
+    for cell in model.train_function.__closure__ or ():
+        fn = cell.cell_contents
+        if hasattr(fn, "experimental_get_tracing_count"):
+            return int(fn.experimental_get_tracing_count())
+    sys.exit("could not find the train function's tf.function in Keras's closure")
 
 
 def _unwrapped(patched: Any) -> Any:
