@@ -34,11 +34,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)
 
 
-def _said(r: subprocess.CompletedProcess[str]) -> str:
-    """The error as one line: the console wraps it at 80 columns, and where a phrase breaks
-    depends on the length of the temporary path before it (a CI run broke "already holds a
-    recorded run" at pytest-1030)."""
-    return " ".join(r.stderr.split())
+def _one_line(text: str) -> str:
+    """What the CLI printed, as one line: the console wraps it at 80 columns, and where a phrase
+    breaks depends on the length of the temporary path before it (a CI run broke "already holds
+    a recorded run" at pytest-1030)."""
+    return " ".join(text.split())
 
 
 def test_missing_column_is_one_line_without_traceback(synth80: Path, tmp_path: Path) -> None:
@@ -58,13 +58,13 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 
 def test_not_a_run_directory(tmp_path: Path) -> None:
     r = _cli("explain", str(tmp_path))
-    assert r.returncode == 2 and "no run database" in _said(r)
+    assert r.returncode == 2 and "no run database" in _one_line(r.stderr)
 
 
 def test_watch_refuses_a_folder_that_holds_a_run(tmp_path: Path) -> None:
     RunWriter(tmp_path, RunInfo(name="first", command="python train.py", kind="watch")).close()
     r = _cli("watch", "--out", str(tmp_path), "--", sys.executable, "-c", "print('ran')")
-    assert r.returncode == 2 and "already holds a recorded run" in _said(r), r.stderr
+    assert r.returncode == 2 and "already holds a recorded run" in _one_line(r.stderr), r.stderr
     assert "ran" not in r.stdout and "Traceback" not in r.stderr
 
 
@@ -82,7 +82,7 @@ def test_cuda_memory_flags_on_cpu_are_a_note(synth80: Path, tmp_path: Path) -> N
              "--gpu-memory-fraction", "0.5", "--alloc-conf", "expandable_segments:True",
              "--device", "cpu", "--no-monitor", "--out", str(tmp_path / "r"))
     assert r.returncode == 0, r.stderr
-    assert "apply to CUDA only" in " ".join(r.stdout.split())  # wrapped at 80 columns
+    assert "apply to CUDA only" in _one_line(r.stdout)
 
 
 def test_predict_prints_class_and_probability(synth80: Path, tmp_path: Path) -> None:
