@@ -60,8 +60,8 @@ def main() -> None:
                     help="alternate whole epochs through fit, or single train-function calls "
                          "(tf.data input; --rounds are then rounds of one step per copy)")
     ap.add_argument("--read-every", type=int, default=1,
-                    help="with --interleave step: read the clock after every Nth call of a "
-                         "clocked copy, not each (watch reads it each step; a what-if)")
+                    help="with --interleave step: the clocked copies read the clock in every "
+                         "Nth round only, not each (watch reads it each step; a what-if)")
     args = ap.parse_args()
     if args.interleave == "step" and args.input != "tfdata":
         ap.error("--interleave step feeds each copy its own tf.data iterator: use --input tfdata")

@@ -207,13 +207,19 @@ print(rate[0])
 '''
 
 
-def _parent_cpu_per_s(seconds: float) -> float:
+def _cnn_script(folder: str) -> Path:
+    """bench/watch_keras_overhead.py's CNN script, written into ``folder``."""
     sys.path.insert(0, str(ROOT / "bench"))
     from watch_keras_overhead import SCRIPT
 
+    script = Path(folder) / "cnn.py"
+    script.write_text(SCRIPT)
+    return script
+
+
+def _parent_cpu_per_s(seconds: float) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "cnn.py"
-        script.write_text(SCRIPT)
+        script = _cnn_script(tmp)
         out = subprocess.run([sys.executable, "-c", PARENT, str(seconds), str(script)],
                              check=True, capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT / "src"),
@@ -223,13 +229,9 @@ def _parent_cpu_per_s(seconds: float) -> float:
 
 def _cnn_step_ms(runs: int) -> float:
     """The bare step of bench/watch_keras_overhead.py's CNN (its best epoch after the first)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from watch_keras_overhead import SCRIPT
-
     times = []
     with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "cnn.py"
-        script.write_text(SCRIPT)
+        script = _cnn_script(tmp)
         for i in range(runs):
             out = Path(tmp) / f"r{i}.json"
             subprocess.run([sys.executable, str(script), str(out), "150", "pydataset", "tensorflow"],
