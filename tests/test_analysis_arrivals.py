@@ -12,6 +12,7 @@ from stepscope.analysis.arrivals import (
     MEASURED,
     RankArrivals,
     analyze_arrivals,
+    arrival_evidence,
     longest_run,
     recurrence,
 )
@@ -28,7 +29,7 @@ N = 40
 
 
 def _job(late_s: list[list[float]], hosts: list[str] | None = None, allreduce_s: float = 0.002,
-         skew_s: float = 0.0) -> list[RankArrivals]:
+         skew_s: float = 0.0, period_s: float = PERIOD) -> list[RankArrivals]:
     """Ranks arriving at ``T0 + n * PERIOD + late_s[k][n]``; the all-reduce completes
     ``allreduce_s`` after the last arrival. ``skew_s`` shifts rank k's clock by k * skew_s."""
     rng = random.Random(0)
@@ -37,8 +38,8 @@ def _job(late_s: list[list[float]], hosts: list[str] | None = None, allreduce_s:
         arrivals = []
         for n in range(N):
             jitter = rng.uniform(0, 0.001)
-            t = T0 + n * PERIOD + lates[n] + jitter
-            done = T0 + n * PERIOD + max(ls[n] for ls in late_s) + 0.001 + allreduce_s
+            t = T0 + n * period_s + lates[n] + jitter
+            done = T0 + n * period_s + max(ls[n] for ls in late_s) + 0.001 + allreduce_s
             arrivals.append(ArrivalRecord(seq=n, t_arrive=t + k * skew_s, wait_s=done - t,
                                           comm_s=done - t, buckets=1))
         out.append(RankArrivals(rank=k, host=(hosts or ["a"] * len(late_s))[k],
@@ -74,6 +75,42 @@ def test_one_bad_stretch_is_told_from_every_step() -> None:
     assert row["recurrence"] == "one stretch" and row["arrival_straggler"]
     assert (row["late_stretch"]["first_allreduce"], row["late_stretch"]["last_allreduce"]) == \
         (15, 24)
+
+
+def test_a_rank_late_by_much_at_half_the_steps_is_named() -> None:
+    # Loading whose cost varies batch to batch: rank 1 is 120 ms late at every other all-reduce
+    # and 10 ms at the rest, under the 30 ms threshold (a tenth of the 300 ms step). Late at only
+    # half of them, but last at all of them: the others wait 65 ms a step for it on average.
+    late = [0.120 if n % 2 == 0 else 0.010 for n in range(N)]
+    res = analyze_arrivals(_job([[0.0] * N, late], period_s=0.300))
+    assert res is not None and res["job"]["stragglers"] == [1]
+    row = res["rows"][1]
+    assert row["recurrence"] == "most steps"
+    assert row["late_allreduce_frac"] == pytest.approx(0.5, abs=0.02)  # warm-up left out
+    assert row["late_ms_mean"] == pytest.approx(65.0, abs=2.5)
+    assert res["rows"][0]["recurrence"] == "never"
+    text = " ".join(arrival_evidence(1, row, res["job"]))  # type: ignore[arg-type]
+    assert "arrived last at 100 %" in text
+    assert f"waited {row['late_ms_mean']:.1f} ms for it per all-reduce" in text
+
+
+def test_ranks_taking_turns_to_be_late_claim_no_straggler() -> None:
+    # Each rank 120 ms late at every other all-reduce: each arrives last at half of them, so
+    # neither is the one the others wait for (the job is slow, not one rank).
+    even = [0.120 if n % 2 == 0 else 0.0 for n in range(N)]
+    odd = [0.0 if n % 2 == 0 else 0.120 for n in range(N)]
+    res = analyze_arrivals(_job([even, odd], period_s=0.300))
+    assert res is not None and res["job"]["stragglers"] == []
+    assert [r["recurrence"] for r in res["rows"].values()] == ["scattered", "scattered"]
+
+
+def test_a_rank_rarely_and_briefly_late_is_not_named() -> None:
+    # Last at every all-reduce, but by 5 ms, and 25 ms at 40 % of them: the others' mean wait
+    # (13 ms) is under the 20 ms floor that scheduling noise on a shared host reaches.
+    late = [0.025 if n % 5 < 2 else 0.005 for n in range(N)]
+    res = analyze_arrivals(_job([[0.0] * N, late]))
+    assert res is not None and res["job"]["stragglers"] == []
+    assert res["rows"][1]["recurrence"] == "scattered"
 
 
 def test_across_hosts_lateness_comes_from_waits_not_clocks() -> None:

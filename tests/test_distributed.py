@@ -207,7 +207,8 @@ def test_two_ranks_name_the_input_straggler(synth80: Path, tmp_path: Path) -> No
     for r in s["ranks"]:
         print({k: r.get(k) for k in ("rank", "straggler", "cause", "busy_ms_per_step",
                                      "data_wait_ms_per_step", "comm_ms_per_step",
-                                     "arrival_late_ms_median", "late_allreduce_frac")})
+                                     "arrival_late_ms_median", "late_allreduce_frac",
+                                     "arrived_last_frac", "late_ms_mean", "recurrence")})
     assert [r["rank"] for r in s["ranks"]] == [0, 1]
     assert [(r["straggler"], r["cause"]) for r in s["ranks"]] == [(False, None), (True, "input")]
     assert s["distributed"]["verdict"] == "straggler-bound"

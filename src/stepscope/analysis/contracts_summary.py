@@ -337,6 +337,7 @@ class RankArrival(TypedDict):
     arrived_last_frac: float | None
     late_allreduce_frac: float | None
     late_ms_when_late: float | None
+    late_ms_mean: float | None  # the others' wait for it, averaged over every all-reduce
     recurrence: str
     arrival_straggler: bool
     late_stretch: LateStretch | None
@@ -394,6 +395,7 @@ class RankRow(_RankCore, total=False):
     arrived_last_frac: float | None
     late_allreduce_frac: float | None
     late_ms_when_late: float | None
+    late_ms_mean: float | None  # the others' wait for it, averaged over every all-reduce
     recurrence: str
     arrival_straggler: bool
     late_stretch: LateStretch | None
