@@ -23,7 +23,9 @@ called on its own endless ``tf.data`` iterator, a call at a time, in a rotating 
 clocked copies' calls include the loop's read of the clock (``GraphClock.take``, as watch reads
 it at the next batch-begin; ``--read-every N`` reads it after every Nth round only, a what-if).
 Each copy's figure is its median call's wall time and its mean CPU time (all the process's
-threads) less ``bare``'s, in microseconds. A fourth copy,
+threads) less ``bare``'s, in microseconds, and where the wall time goes: in the graph
+(``Context.call_function``, where TensorFlow runs it), in the loop's read of the clock, and the
+rest, outside the graph (Python's side of the call: its captured inputs, Keras's ``Optional``). A fourth copy,
 ``bare-last``, is traced bare after the others: copies of one model traced at different times
 differ by themselves (memory layout, thread placement), and its difference from ``bare`` is how
 far apart two identical copies read in this run.
@@ -185,14 +187,21 @@ def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
         sys.exit(f"traced again for the step iterators, under the hooks: {again}")
     wall: dict[str, list[float]] = {k: [] for k in names}
     cpu: dict[str, list[float]] = {k: [] for k in names}
+    graph: dict[str, list[float]] = {k: [] for k in names}
+    read: dict[str, list[float]] = {k: [] for k in names}
+    in_graph = _time_graphs()
     for r in range(rounds):
         for k in names[r % len(names):] + names[:r % len(names)]:
+            in_graph[0] = 0.0
             t0, c0 = time.perf_counter(), time.process_time()
             copies[k].train_function(its[k])
+            t1 = time.perf_counter()
             if k in clocked and r % read_every == 0:
                 clock.take()
             wall[k].append(time.perf_counter() - t0)
             cpu[k].append(time.process_time() - c0)
+            graph[k].append(in_graph[0])
+            read[k].append(wall[k][-1] - (t1 - t0))
     half = rounds // 2
     med = {k: statistics.median(wall[k]) * 1e6 for k in names}
     mean_cpu = {k: statistics.fmean(cpu[k]) * 1e6 for k in names}
@@ -206,13 +215,45 @@ def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
                       for k in names[1:])
           + "; wall, mean of the fastest 95 %: "
           + ", ".join(f"{k} {mean[k] - mean['bare']:+.0f}" for k in names[1:]))
+    split = {k: {"graph": round((statistics.median(graph[k]) - statistics.median(graph["bare"]))
+                                * 1e6),
+                 "read": round(statistics.median(read[k]) * 1e6),
+                 "outside": round((statistics.median(w - g - rd for w, g, rd in
+                                                     zip(wall[k], graph[k], read[k], strict=True))
+                                   - statistics.median(w - g for w, g in
+                                                       zip(wall["bare"], graph["bare"], strict=True)))
+                                  * 1e6)}
+             for k in names[1:]}
+    print("where, less bare (median us): " + ", ".join(
+        f"{k}: graph {v['graph']:+d}, read {v['read']}, outside {v['outside']:+d}"
+        for k, v in split.items()))
     print(json.dumps({"figure": "watch_keras_clock_ab_steps", "rounds": rounds,
                       "read_every": read_every,
                       "bare_call_us": round(med["bare"]),
                       "wall_us": {k: round(med[k] - med["bare"]) for k in names[1:]},
                       "wall_us_halves": halves,
                       "wall_mean95_us": {k: round(mean[k] - mean["bare"]) for k in names[1:]},
-                      "cpu_us": {k: round(mean_cpu[k] - mean_cpu["bare"]) for k in names[1:]}}))
+                      "cpu_us": {k: round(mean_cpu[k] - mean_cpu["bare"]) for k in names[1:]},
+                      "split_us": split}))
+
+
+def _time_graphs() -> list[float]:
+    """Adds the seconds every graph call runs in TensorFlow (``Context.call_function``, below
+    watch's own timer) to the returned cell, which the caller zeroes."""
+    from tensorflow.python.eager import context
+
+    spent = [0.0]
+    inner = context.Context.call_function
+
+    def call_function(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    context.Context.call_function = call_function
+    return spent
 
 
 def _tracing_count(model: Any) -> int:
