@@ -64,6 +64,9 @@ def main() -> None:
     ap.add_argument("--read-every", type=int, default=1,
                     help="with --interleave step: the clocked copies read the clock in every "
                          "Nth round only, not each (watch reads it each step; a what-if)")
+    ap.add_argument("--read-timing", action="store_true",
+                    help="with --interleave step: time the clock's read alone (right after a "
+                         "call, a second read at once, and one after 2 ms asleep) and stop")
     args = ap.parse_args()
     if args.interleave == "step" and args.input != "tfdata":
         ap.error("--interleave step feeds each copy its own tf.data iterator: use --input tfdata")
@@ -146,6 +149,10 @@ def main() -> None:
         iterator_ops.OwnedIterator._next_internal, \
             iterator_ops.OwnedIterator.get_next_as_optional = clocked
         trainer.TensorFlowTrainer._autoconvert_optionals = with_end
+        if args.read_timing:
+            _read_timing(copies["fetch+end"], steps.graph_clock, iter(data().repeat()),
+                         args.rounds)
+            return
         _step_rounds(copies, steps.graph_clock, args.rounds,
                      lambda: iter(data().repeat()), args.read_every)
         return
@@ -235,6 +242,34 @@ def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
                       "wall_mean95_us": {k: round(mean[k] - mean["bare"]) for k in names[1:]},
                       "cpu_us": {k: round(mean_cpu[k] - mean_cpu["bare"]) for k in names[1:]},
                       "split_us": split}))
+
+
+def _read_timing(m: Any, clock: Any, it: Any, rounds: int) -> None:
+    """What the clock's read (``GraphClock.take``, one eager op) costs where watch makes it,
+    right after a train-function call, against a second read at once and one after 2 ms
+    asleep: the op's cost depends on what TensorFlow's runtime was doing before it."""
+    for _ in range(30):
+        m.train_function(it)
+        clock.take()
+    first, second, slept = [], [], []
+    for _ in range(rounds):
+        m.train_function(it)
+        t0 = time.perf_counter()
+        clock.take()
+        t1 = time.perf_counter()
+        clock.take()
+        first.append(t1 - t0)
+        second.append(time.perf_counter() - t1)
+    for _ in range(rounds):
+        m.train_function(it)
+        time.sleep(0.002)
+        t0 = time.perf_counter()
+        clock.take()
+        slept.append(time.perf_counter() - t0)
+    med = {k: round(statistics.median(v) * 1e6) for k, v in
+           (("after_call", first), ("second", second), ("after_2ms_asleep", slept))}
+    print("the clock's read, median us: " + ", ".join(f"{k} {v}" for k, v in med.items()))
+    print(json.dumps({"figure": "watch_keras_clock_read_us", "rounds": rounds, **med}))
 
 
 def _time_graphs() -> list[float]:
