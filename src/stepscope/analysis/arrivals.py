@@ -32,7 +32,7 @@ Why ``most steps``: a rank whose loading cost varies batch to batch (a random wa
 loaded host stretching every rank's step) can be late by hundreds of milliseconds at half the
 all-reduces and by less than the threshold at the rest. Counting late all-reduces alone called
 such a rank "scattered", though the others waited on it at every other step (seen: late at
-56 % of them, 151 ms at the median, three times the others' data wait). Scheduling noise is
+56 % of them, 151 ms at the median, with four times the others' data wait). Scheduling noise is
 late rarely and briefly, and no single rank arrives last most of the time, so neither test
 passes on noise.
 """
@@ -59,8 +59,8 @@ LATE_MIN_S = 0.020  # below 20 ms, scheduling noise on a loaded shared host (mea
 LATE_STEP_FRAC = 0.10  # a tenth of a step: a real drag on every rank (its loss is the others' wait)
 EVERY_STEP_FRAC = 0.6
 STRETCH_MIN = 5
-STRAGGLER_RECURRENCES = ("every step", "one stretch", "most steps")
 STRETCH_OUTSIDE_FRAC = 0.2  # late at most this share of the all-reduces outside the stretch
+STRAGGLER_RECURRENCES = ("every step", "one stretch", "most steps")
 MEASURED = "measured: hand-over timestamps of the ranks on one host, one clock"
 INFERRED = ("inferred: ranks on several hosts, so from how long each waited for the all-reduce "
             "to complete (whoever waits least arrived last), not from their clocks")
