@@ -20,8 +20,10 @@ Use long epochs and many rounds.
 
 ``--interleave step`` alternates single steps instead of epochs: each copy's train function is
 called on its own endless ``tf.data`` iterator, a call at a time, in a rotating order, and the
-clocked copies' calls include the loop's read of the clock (``GraphClock.take``, as watch reads
-it at the next batch-begin; ``--read-every N`` reads it after every Nth round only, a what-if).
+clocked copies' calls include the loop's read of the clock's ring (``GraphClock.poll``), made as
+watch makes it: right after a call, once a copy's own calls add up to ``POLL_S`` (every
+``--read-every N``th round instead, a what-if; ``--read-every 1`` reads after every call, as
+watch did before the ring).
 Each copy's figure is its median call's wall time and its mean CPU time (all the process's
 threads) less ``bare``'s, in microseconds, and where the wall time goes: in the graph
 (``Context.call_function``, where TensorFlow runs it), in the loop's read of the clock, and the
@@ -32,7 +34,7 @@ far apart two identical copies read in this run.
 
 Usage:
     PYTHONPATH=src .venv/bin/python bench/watch_keras_clock_ab.py [--rounds 8] [--steps 150]
-        [--input pydataset|tfdata] [--interleave epoch|step] [--read-every 1]
+        [--input pydataset|tfdata] [--interleave epoch|step] [--read-every N]
 
 The last line is the headline as one JSON object.
 """
@@ -61,9 +63,10 @@ def main() -> None:
     ap.add_argument("--interleave", choices=("epoch", "step"), default="epoch",
                     help="alternate whole epochs through fit, or single train-function calls "
                          "(tf.data input; --rounds are then rounds of one step per copy)")
-    ap.add_argument("--read-every", type=int, default=1,
+    ap.add_argument("--read-every", type=int, default=0,
                     help="with --interleave step: the clocked copies read the clock in every "
-                         "Nth round only, not each (watch reads it each step; a what-if)")
+                         "Nth round (a what-if; default 0: as watch does, every POLL_S of a "
+                         "copy's own calls)")
     ap.add_argument("--read-timing", action="store_true",
                     help="with --interleave step: time the clock's read alone (right after a "
                          "call, a second read at once, and one after 2 ms asleep) and stop")
@@ -179,8 +182,10 @@ def main() -> None:
 
 
 def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
-                 iterator: Any, read_every: int = 1) -> None:
+                 iterator: Any, read_every: int = 0) -> None:
     """One train-function call of each copy a round, rotating; prints the per-call figures."""
+    from stepscope.observe.inject.stepscope_watch_keras_clock import POLL_S
+
     names = list(copies)
     its = {k: iterator() for k in names}
     clocked = {"fetch", "fetch+end"}
@@ -196,6 +201,7 @@ def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
     cpu: dict[str, list[float]] = {k: [] for k in names}
     graph: dict[str, list[float]] = {k: [] for k in names}
     read: dict[str, list[float]] = {k: [] for k in names}
+    own = dict.fromkeys(names, 0.0)  # a copy's own time since its last read
     in_graph = _time_graphs()
     for r in range(rounds):
         for k in names[r % len(names):] + names[:r % len(names)]:
@@ -203,8 +209,10 @@ def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
             t0, c0 = time.perf_counter(), time.process_time()
             copies[k].train_function(its[k])
             t1 = time.perf_counter()
-            if k in clocked and r % read_every == 0:
-                clock.take()
+            own[k] += t1 - t0
+            if k in clocked and (r % read_every == 0 if read_every else own[k] >= POLL_S):
+                clock.poll()
+                own[k] = 0.0
             wall[k].append(time.perf_counter() - t0)
             cpu[k].append(time.process_time() - c0)
             graph[k].append(in_graph[0])
@@ -225,6 +233,7 @@ def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
     split = {k: {"graph": round((statistics.median(graph[k]) - statistics.median(graph["bare"]))
                                 * 1e6),
                  "read": round(statistics.median(read[k]) * 1e6),
+                 "read_mean": round(statistics.fmean(read[k]) * 1e6),
                  "outside": round((statistics.median(w - g - rd for w, g, rd in
                                                      zip(wall[k], graph[k], read[k], strict=True))
                                    - statistics.median(w - g for w, g in
@@ -232,7 +241,8 @@ def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
                                   * 1e6)}
              for k in names[1:]}
     print("where, less bare (median us): " + ", ".join(
-        f"{k}: graph {v['graph']:+d}, read {v['read']}, outside {v['outside']:+d}"
+        f"{k}: graph {v['graph']:+d}, read {v['read']} (mean {v['read_mean']}), "
+        f"outside {v['outside']:+d}"
         for k, v in split.items()))
     print(json.dumps({"figure": "watch_keras_clock_ab_steps", "rounds": rounds,
                       "read_every": read_every,
@@ -245,26 +255,26 @@ def _step_rounds(copies: dict[str, Any], clock: Any, rounds: int,
 
 
 def _read_timing(m: Any, clock: Any, it: Any, rounds: int) -> None:
-    """What the clock's read (``GraphClock.take``, one eager op) costs where watch makes it,
+    """What the clock's read (``GraphClock.poll``, one eager op) costs where watch makes it,
     right after a train-function call, against a second read at once and one after 2 ms
     asleep: the op's cost depends on what TensorFlow's runtime was doing before it."""
     for _ in range(30):
         m.train_function(it)
-        clock.take()
+        clock.poll()
     first, second, slept = [], [], []
     for _ in range(rounds):
         m.train_function(it)
         t0 = time.perf_counter()
-        clock.take()
+        clock.poll()
         t1 = time.perf_counter()
-        clock.take()
+        clock.poll()
         first.append(t1 - t0)
         second.append(time.perf_counter() - t1)
     for _ in range(rounds):
         m.train_function(it)
         time.sleep(0.002)
         t0 = time.perf_counter()
-        clock.take()
+        clock.poll()
         slept.append(time.perf_counter() - t0)
     med = {k: round(statistics.median(v) * 1e6) for k, v in
            (("after_call", first), ("second", second), ("after_2ms_asleep", slept))}

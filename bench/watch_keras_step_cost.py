@@ -9,10 +9,10 @@ its own, bare and instrumented alternately in one process, so the difference is 
    loading that runs Python in the process adds (the loop thread's off-CPU time, the loading
    threads' busy time);
 2. the graph clock, per step: the ops traced around ``get_next`` and after the step's result
-   in the train function (``GraphClock``) and the loop's read of them (``take``), CPU of every
-   thread while a
+   in the train function (``GraphClock``) and the loop's read of their ring (``poll``, once in
+   ``POLL_S`` / ``--step-ms`` steps, as watch reads it), CPU of every thread while a
    ``tf.function`` fetches 32-row batches from a prefetched ``tf.data`` pipeline, traced bare
-   and traced clocked;
+   and traced clocked, called alternately;
 3. the timed ``Context.call_function``, per train-function call: a small ``tf.function``
    called bare and through the wrapper (``time_graph_calls``);
 4. the watching parent (samplers at 1 Hz, the pipe reader, the store writer), CPU per second
@@ -82,7 +82,7 @@ def _alternate(rounds: int, bare: Callable[[], float], ours: Callable[[], float]
     return out
 
 
-def measure_child(rounds: int) -> dict[str, list[float]]:
+def measure_child(rounds: int, step_ms: float) -> dict[str, list[float]]:
     sys.path.insert(0, str(INJECT))
     import keras
     import numpy as np
@@ -101,6 +101,12 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
     cb = hooks.callback_class(keras.callbacks.Callback, rec, steps)(
         "fit", lambda a, b: 32, lambda a, b: 0, None, None)
     cb.on_epoch_begin(0)
+
+    # The graph clock, made as the Keras hook makes it before the train function is traced:
+    # the hooks below close each step against it, as watch does (reading its ring when due).
+    fetch_clock = kclock.GraphClock(tf, lambda dt, batch: None)
+    fetch_clock.make()
+    steps.graph_clock = fetch_clock
 
     # 1. the loop thread's hooks, per step
     n_steps = 20_000
@@ -126,7 +132,6 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
         tf.data.AUTOTUNE)
     it = iter(base)
 
-    fetch_clock = kclock.GraphClock(tf, lambda dt, batch: None)
     end_clock = [False]
 
     def fetch(iterator: Any) -> Any:
@@ -142,18 +147,23 @@ def measure_child(rounds: int) -> dict[str, list[float]]:
     clocked_fn = tf.function(fetch)
     clocked_fn(it)  # traced with the clock's ops
     n_fetch = 2000
+    # the loop reads the ring every POLL_S: once in this many steps of ``step_ms``
+    every = max(1, round(kclock.POLL_S * 1e3 / step_ms))
 
-    def fetches(fn: Any, read: bool) -> Callable[[], float]:
-        def run() -> float:
-            def go() -> None:
-                for _ in range(n_fetch):
-                    fn(it)
-                    if read:
-                        fetch_clock.take()  # the loop reads the ring at each step's end
-            return _cpu_us_per(n_fetch, go)
-        return run
+    def fetches() -> float:
+        # Bare and clocked calls alternate one by one (blocks of calls drifted apart by more
+        # than the difference on this host): the CPU of every thread during each call.
+        spent = [0.0, 0.0]
+        for i in range(2 * n_fetch):
+            clocked = (i + i // 2) % 2  # bare, clocked, clocked, bare, ...
+            c0 = time.process_time()
+            (clocked_fn if clocked else bare_fn)(it)
+            if clocked and (i // 2) % every == 0:
+                fetch_clock.poll()  # right after a call, as watch reads it
+            spent[clocked] += time.process_time() - c0
+        return (spent[1] - spent[0]) / n_fetch * 1e6
 
-    clock_us = _alternate(rounds, fetches(bare_fn, False), fetches(clocked_fn, True))
+    clock_us = [fetches() for _ in range(rounds)]
 
     # 3. the timed Context.call_function, per call
     from tensorflow.python.eager import context
@@ -251,7 +261,7 @@ def main() -> None:
     load0 = os.getloadavg()[0]
     parent = _parent_cpu_per_s(args.parent_seconds)
     step_ms = args.step_ms or _cnn_step_ms(3)
-    got = measure_child(args.rounds)
+    got = measure_child(args.rounds, step_ms)
     per_round = [h + m + c for h, m, c in
                  zip(got["hooks_us"], got["clock_us"], got["call_us"], strict=True)]
     med = {k: statistics.median(v) for k, v in got.items()}

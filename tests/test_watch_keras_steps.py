@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from stepscope.analysis.keras_loader import stage_fields
+from stepscope.observe.inject import stepscope_watch_keras_clock as kclock
 from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
 from stepscope.observe.inject import stepscope_watch_recorder as recorder
 from stepscope.observe.inject.stepscope_watch_keras_steps import (
@@ -44,14 +45,18 @@ def _steps(rec: recorder.Recorder, read_fd: int) -> list[tuple[float, float, int
 
 
 class _FetchClock:
-    """Stands in for ``GraphClock``: the fetches each ``take`` finds, as the graph wrote them."""
+    """Stands in for ``GraphClock``: the fetches each step's ``between`` finds, as the graph
+    wrote them, read at once."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, float, int]] = []
         self.end = 0.0  # the latest end of a step's graph work
         self.start = 0.0  # ... and the start of its graph
 
-    def take(self) -> tuple[int, float, int, float, float]:
+    def poll(self, pending: int | None = None) -> None:
+        pass
+
+    def between(self, t_from: float, t_to: float) -> tuple[int, float, int, float, float]:
         return (*(self.rows.pop(0) if self.rows else (0, 0.0, -1)), self.end, self.start)
 
 
@@ -73,6 +78,91 @@ def test_tensorflow_wait_is_the_fetch_clocked_in_the_graph() -> None:
     got = _steps(rec, fd)
     assert got == [pytest.approx((1.4, 0.3, 8)), pytest.approx((0.2, 0.0002, 4)),
                    pytest.approx((0.1, 0.0, 4))]
+
+
+class _Ring:
+    """The graph clock's ring as ``GraphClock.ended`` writes it: a row of the running sums
+    per step's end, at ``seq % RING_ROWS``; counts the loop's reads."""
+
+    def __init__(self) -> None:
+        self.rows = np.zeros((kclock.RING_ROWS, kclock.COLS))
+        self.sums = [0.0] * kclock.COLS
+        self.reads = 0
+
+    def ended(self, fetches: int, waited: float, images: int, unknown: int = 0,
+              start: float | None = None) -> float:
+        time.sleep(0.001)  # the graph's work: its end is after the step's mark
+        end = time.time()
+        for k, v in enumerate((fetches, waited, images, unknown)):
+            self.sums[k] += v
+        self.sums[4], self.sums[5] = end, end if start is None else start
+        self.sums[6] += 1
+        self.rows[int(self.sums[6]) % kclock.RING_ROWS] = self.sums
+        time.sleep(0.001)  # the call's return
+        return end
+
+    def read(self) -> np.ndarray:
+        self.reads += 1
+        return self.rows.copy()
+
+
+def _ring_clock() -> tuple[kclock.GraphClock, _Ring]:
+    ring = _Ring()
+    clock = kclock.GraphClock(None, lambda dt, batch: None)
+    clock.ring, clock.read = ring.rows, ring.read
+    return clock, ring
+
+
+def test_graph_clock_figures_are_the_ring_rows_between_two_marks() -> None:
+    """The fetches of the steps whose graph work ended between two marks, differences of the
+    running sums; nothing before the ring is read past the second mark; a fetch of unknown size
+    makes the images unknown; the end and start are the latest row's."""
+    clock, ring = _ring_clock()
+    m0 = time.time()
+    ring.ended(1, 0.25, 8)
+    m1 = time.time()
+    e2 = ring.ended(2, 0.5, 0, unknown=2, start=m1)
+    m2 = time.time()
+    assert clock.between(m0, m1) is None  # not read yet
+    clock.poll()
+    assert clock.between(m0, m1) == (1, pytest.approx(0.25), 8, pytest.approx(m1, abs=0.01),
+                                     pytest.approx(m1, abs=0.01))
+    assert clock.between(m1, m2) == (2, pytest.approx(0.5), -1, e2, m1)
+    m = time.time()
+    assert clock.between(m2, m) is None
+    clock.poll()
+    assert clock.between(m2, m)[:3] == (0, 0.0, 0)  # no step's end since
+    time.sleep(0.001)
+    for _ in range(kclock.RING_ROWS + 10):  # the ring laps: rows lost, the sums are not
+        ring.sums[0] += 1
+        ring.sums[4] = time.time()
+        ring.sums[6] += 1
+        ring.rows[int(ring.sums[6]) % kclock.RING_ROWS] = ring.sums
+    ring.ended(1, 0.0, 4)
+    m3 = time.time()
+    clock.poll()
+    assert clock.between(m2, m3)[0] == kclock.RING_ROWS + 10 + 1
+
+
+def test_tensorflow_steps_wait_for_the_ring_read_and_keep_their_order() -> None:
+    """The loop reads the graph clock's ring at most every ``POLL_S``: a step closed between
+    two reads is recorded at the next one, or at the phase's end, with its own fetches."""
+    steps, clock, fd, rec = _setup()
+    gclock, ring = _ring_clock()
+    steps.graph_clock = gclock
+    steps.phase_begin("train", lambda a, b: 4, 1)
+    steps.use(1)
+    for i in range(4):
+        steps.batch_begin(i)
+        clock.t += 0.1
+        ring.ended(1, 0.01 * (i + 1), 8)
+    steps.batch_begin(4)  # closes step 3 (the first close read the ring: 2 reads by now)
+    sent_before_end = len(steps._unready)
+    clock.t += 0.1
+    steps.phase_end()  # no fetch: Keras's count, no wait
+    assert ring.reads <= 3 and sent_before_end >= 1
+    assert _steps(rec, fd) == [pytest.approx((0.1, 0.01 * (i + 1), 8)) for i in range(4)] \
+        + [pytest.approx((0.1, 0.0, 4))]
 
 
 def test_jax_pull_the_device_computed_through_is_no_wait() -> None:
@@ -382,30 +472,35 @@ busy0 = kclock.py_busy_now()
 it = iter(pipeline())  # no prefetch: each fetch waits for its batch
 assert kclock.py_funcs_made()
 clock.make()
+w0 = time.time()
 for _ in range(3):
     t0 = time.time()
     step(it)
     t1 = time.time()
-n, waited, images, end, start = clock.take()
+assert clock.between(w0, t1) is None  # the ring not read since
+clock.poll()
+n, waited, images, end, start = clock.between(w0, t1)
 assert n == 3 and images == 12 and 0.08 <= waited <= 0.5, (n, waited, images)
 assert t0 <= start <= end <= t1, (t0, start, end, t1)  # the last call's graph, inside it
 assert end - start >= 0.025, (start, end)  # its fetch waited 30 ms for the map
 assert kclock.py_busy_now() - busy0 >= 0.085
 steps_of_two(it)  # traced, while tf.data's injected prefetch fills behind it
-clock.take()
 t0 = time.time()
 steps_of_two(iter(pipeline()))
 t1 = time.time()
-n, waited, images, end, start = clock.take()
+clock.poll()
+n, waited, images, end, start = clock.between(t0, t1)
 assert n == 2 and images == 8 and waited >= 0.04, (n, waited, images)
 # a loop's body starts once a batch, not as the call does: its fetch clocks no graph start
 assert t0 <= end <= t1 and start < t0, (t0, start, end, t1)
 it = iter(pipeline().prefetch(4))  # a full buffer: the fetch costs only itself
 step(it)
 time.sleep(0.3)
-clock.take()
+t0 = time.time()
 step(it)
-n, waited, images, _, _ = clock.take()
+t1 = time.time()
+clock.poll(pending=1)  # read at once: a quarter of the ring is not due, but POLL_S has passed
+n, waited, images, _, _ = clock.between(t0, t1)
 assert n == 1 and images == 4 and waited < 0.02, (n, waited, images)
 next(it)  # fetched eagerly, in Python
 assert len(eager) == 1 and eager[0][1] == 4, eager

@@ -68,6 +68,7 @@ def _callback_class(keras: ModuleType) -> type:
     from stepscope._adapter import RunOwner
     from stepscope.observe.callbacks import ACTIVE
     from stepscope.observe.inject import stepscope_watch_keras as hooks
+    from stepscope.observe.inject import stepscope_watch_keras_backends as backends
     from stepscope.observe.inject import stepscope_watch_keras_data as data
     from stepscope.observe.inject.stepscope_watch_recorder import count_images
 
@@ -115,6 +116,8 @@ def _callback_class(keras: ModuleType) -> type:
             ACTIVE.fact("loop.keras_backend", backend, "keras.backend.backend()")
             # Before the first epoch: the batch source is instrumented as under watch.
             hooks.patch_backend(framework if legacy else backend, ACTIVE, steps)
+            if backend == "tensorflow" and not legacy:
+                backends.clock_step_ends(self.model)
             args = _fit_arguments(self.model)
             if args is None:
                 self.owner.note("the fit() call's arguments were not found: images per step "

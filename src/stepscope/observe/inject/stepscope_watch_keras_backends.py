@@ -102,6 +102,31 @@ def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
         return _ends_clocked(convert(self, step_func), clock)
 
     trainer.TensorFlowTrainer._autoconvert_optionals = _autoconvert_optionals
+    make = trainer.TensorFlowTrainer._make_function
+
+    def _make_function(self: Any, step_function: Any) -> Any:
+        fn = make(self, step_function)
+        fn._stepscope_ends = True  # made under the hook: its step ends will be clocked
+        return fn
+
+    trainer.TensorFlowTrainer._make_function = _make_function
+
+
+def clock_step_ends(model: Any) -> None:
+    """Keras 3 on TensorFlow makes a model's train function before ``fit`` calls
+    ``on_train_begin``, where ``stepscope.keras.Callback`` installs the hooks: one made before
+    has no step-end clock (``GraphClock.ended``), so the clock's ring gets no row and its
+    steps would read no data wait. Make it again (it is traced at its first call: an earlier
+    ``fit`` that ran it pays one more trace), and forget test and predict functions made
+    before, which Keras makes again when it needs them."""
+    def made_before(fn: Any) -> bool:
+        return fn is not None and not getattr(fn, "_stepscope_ends", False)
+
+    if made_before(model.train_function):
+        model.make_train_function(force=True)
+    for name in ("test_function", "predict_function"):
+        if made_before(getattr(model, name, None)):
+            setattr(model, name, None)
 
 
 def _ends_clocked(fn: Callable[..., Any], clock: GraphClock) -> Callable[..., Any]:

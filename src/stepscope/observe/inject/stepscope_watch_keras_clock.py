@@ -7,7 +7,13 @@ of the graph, and the graph blocks on it until the input pipeline has a batch. S
 clocked there, the consumer's side, whatever the pipeline is (a Python generator, ``tf.data``
 maps, a prefetch buffer): each fetch traced into a graph gets a clock op before it and one after
 the batch's tensors, and adds (1, the difference, the batch's size) to a running sum held in one
-small variable (``GraphClock``). The loop reads the sum once per step and takes the difference.
+small variable (``GraphClock``). As each step's graph work ends (below) the graph copies the sum
+into the next row of a ring, a second variable. The loop reads the ring every ``POLL_S``, not
+every step, and a step's fetches are the difference between the rows as of its start and its
+end (marks on the same clock): a step's figures wait for the next read, or the phase's end.
+That read is an eager op whose cost is TensorFlow's runtime, not the copy: ~100 us of the
+loop's time right after a call, and several hundred microseconds of CPU over TensorFlow's
+threads. Made once a step it was half of what watching cost an 8 ms step (docs/performance.md).
 
 The end of each step's graph work is clocked too (``GraphClock.ended``, traced after the step's
 outputs): what a graph call takes after it is the call's return, and as it returns the loop's
@@ -17,12 +23,12 @@ the start of the graph that clocked it: the first fetch's first clock op has no 
 runs as the graph starts. The call's time before that start (its dispatch) and after the end
 (its return) is paid once per call, which ``steps_per_execution`` divides.
 
-The clock's ops run on the graph's threads; with the loop's read of the variable they cost
-~55 us of CPU a step here, the batch's size ~15 us more where its first dimension is known only
-at run time, and the end ~10 us (each op costs the executor a few microseconds on this 2-core
-host). The pipeline is untouched. (A ring of per-fetch rows cost ~100 us more in ops and its read
-~150 us in Python; the mark this replaced, appended to the pipeline, ran on the pipeline's
-thread and cost the bench CNN ~5 % of its throughput on 2 cores: docs/performance.md.)
+The clock's ops run on the graph's threads (each costs the executor a few microseconds on this
+2-core host); the ring's row adds five to the end's two, no more than the two runs of one graph
+tell apart. The pipeline is untouched. (A ring of per-fetch rows, read every step, cost ~100 us
+more in ops and its read ~150 us in Python; the mark this replaced, appended to the pipeline,
+ran on the pipeline's thread and cost the bench CNN ~5 % of its throughput on 2 cores:
+docs/performance.md.)
 
 A fetch run eagerly (``run_eagerly=True``) is timed in Python instead, on the loop's thread.
 
@@ -31,17 +37,22 @@ Standard library only at import: this runs inside the user's interpreter.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+RING_ROWS = 1024  # step ends kept for the loop's read: POLL_S of steps >= 0.1 ms each
+POLL_S = 0.1  # the loop reads the ring at most this often, unless a quarter of it is unread
+COLS = 7  # fetches, seconds waited, images, fetches of unknown size, end, start, sequence
+
 
 class GraphClock:
     """The running sum of clocked fetches, ``(fetches, seconds waited, images, fetches of
     unknown size)``, the latest end of a step's graph work (``tf.timestamp``, the wall clock's
-    seconds: a float64 holds them to a quarter of a microsecond), and what the loop has taken
-    of them.
+    seconds: a float64 holds them to a quarter of a microsecond) with its graph's start, and a
+    ring of the sum's values as each step's graph work ended, read by the loop now and then.
 
     Args:
         tf: the ``tensorflow`` module.
@@ -52,24 +63,34 @@ class GraphClock:
         self.tf = tf
         self.on_eager = on_eager
         self.sums: Any = None
-        self.read: Callable[[], Any] = lambda: self.sums.numpy()
-        self.taken: list[float] = [0.0] * 4
+        self.ring: Any = None
+        self.read: Callable[[], Any] = lambda: self.ring.numpy()
         self.lock = threading.Lock()
+        # The ring's rows read so far, oldest first (their ends, for bisect), the last one
+        # forgotten (the sums as of then), the last sequence number read, and when the last
+        # read started (``time.time()``): every step's end before then is in ``rows``.
+        self.rows: list[list[float]] = []
+        self.ends: list[float] = []
+        self.floor = [0.0] * COLS
+        self.seen = 0.0
+        self.polled_at = 0.0
 
     def make(self) -> None:
-        """Make the sum's variable now (eagerly, before a graph is traced), on the CPU: the
-        clock is a host op, and a variable on a GPU would make each read wait for its stream."""
+        """Make the variables now (eagerly, before a graph is traced), on the CPU: the clock is
+        a host op, and a variable on a GPU would make each read wait for its stream."""
         tf = self.tf
         with self.lock:
             if self.sums is not None:
                 return
             with tf.init_scope(), tf.device("/CPU:0"):  # eager, even while tracing
-                self.sums = tf.Variable(tf.zeros([6], tf.float64), trainable=False,
+                self.sums = tf.Variable(tf.zeros([COLS], tf.float64), trainable=False,
                                         name="stepscope_fetch_clock")
+                self.ring = tf.Variable(tf.zeros([RING_ROWS, COLS], tf.float64),
+                                        trainable=False, name="stepscope_fetch_clock_ring")
                 try:  # the bare read op: ~6 us here, where Variable.numpy() took ~18
                     from tensorflow.python.ops import gen_resource_variable_ops as ops
 
-                    handle, dtype = self.sums.handle, tf.float64
+                    handle, dtype = self.ring.handle, tf.float64
                     ops.read_variable_op(handle, dtype)._numpy()
                     self.read = lambda: ops.read_variable_op(handle, dtype)._numpy()
                 except Exception:  # another TensorFlow: the public read
@@ -97,15 +118,15 @@ class GraphClock:
             n = images(element)
             one, zero = tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
             row = [one, t1 - t0, zero, one] if n is None else [one, t1 - t0, n, zero]
-            row += [zero, zero]  # the end and start columns: not summed
-            # read_value=False: no read op after it (the loop reads the sum itself)
+            row += [zero, zero, zero]  # the end, start and sequence columns: not summed here
+            # read_value=False: no read op after it (the loop reads the ring, not the sum)
             self.sums.assign_add(tf.stack(row), read_value=False)
         return element
 
     def ended(self, outputs: Any) -> None:
         """A step's graph work is done once ``outputs`` (its results, as traced) and every
-        stateful op traced before them have run: clock it there, as the latest end. Nothing
-        outside a graph."""
+        stateful op traced before them have run: clock it there, as the latest end, and copy
+        the sum as of then into the ring's next row. Nothing outside a graph."""
         tf = self.tf
         if not tf.inside_function():
             return
@@ -117,27 +138,63 @@ class GraphClock:
         graph = tf.compat.v1.get_default_graph()
         deps += [op for op in graph.get_operations() if getattr(op, "_is_stateful", False)]
         start = getattr(graph, "_stepscope_start", None)
-        with tf.device("/CPU:0"), tf.control_dependencies(deps):
+        handle = self.sums.handle
+        with tf.device("/CPU:0"):
             # few ops: each costs the executor a few microseconds on this host
-            if start is None:  # no fetch clocked in this graph (steps_per_execution's loop)
-                tf.raw_ops.ResourceScatterMax(resource=self.sums.handle, indices=tf.constant(4),
-                                              updates=tf.timestamp())
-            else:  # with the graph's start, clocked by its first fetch's clock
-                tf.raw_ops.ResourceScatterMax(resource=self.sums.handle,
-                                              indices=tf.constant([4, 5]),
-                                              updates=tf.stack([tf.timestamp(), start]))
+            with tf.control_dependencies(deps):
+                if start is None:  # no fetch clocked in this graph (steps_per_execution's loop)
+                    mark = tf.raw_ops.ResourceScatterMax(resource=handle, indices=tf.constant(4),
+                                                         updates=tf.timestamp())
+                else:  # with the graph's start, clocked by its first fetch's clock
+                    mark = tf.raw_ops.ResourceScatterMax(resource=handle,
+                                                         indices=tf.constant([4, 5]),
+                                                         updates=tf.stack([tf.timestamp(), start]))
+            with tf.control_dependencies([mark]):
+                count = tf.raw_ops.ResourceScatterAdd(resource=handle, indices=tf.constant(6),
+                                                      updates=tf.constant(1.0, tf.float64))
+            with tf.control_dependencies([count]):
+                row = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float64)
+                at = tf.cast(row[6], tf.int64) % RING_ROWS
+                tf.raw_ops.ResourceScatterUpdate(resource=self.ring.handle, indices=at,
+                                                 updates=row)
 
-    def take(self) -> tuple[int, float, int, float, float]:
-        """(fetches, seconds waited, images; -1 when a fetch's size is unknown) since the last
-        take, the latest end of a step's graph work and the latest start of a graph that
-        clocked one (``time.time()`` seconds; 0 when none yet): one read of the variable."""
-        if self.sums is None:
-            return 0, 0.0, -1, 0.0, 0.0
-        now = self.read().tolist()  # Python floats, in one call
-        with self.lock:
-            last, self.taken = self.taken, now[:4]
-        fetches, waited, images, unknown = (a - b for a, b in zip(now[:4], last, strict=True))
-        return round(fetches), waited, -1 if unknown > 0.5 else round(images), now[4], now[5]
+    def poll(self, pending: int | None = None) -> None:
+        """Read the ring (one eager op), keeping the rows not read before. With ``pending``
+        (rows the loop waits for) only when due: ``POLL_S`` after the last read, or with a
+        quarter of the ring unread. The read costs the loop ~100 us right after a graph call
+        and more after a pause (TensorFlow's runtime gone cold): once a step, it was half of
+        what watching cost a 8 ms step (docs/performance.md)."""
+        at = time.time()
+        if self.ring is None:  # not made: no graph has clocked a step
+            self.polled_at = at
+            return
+        if pending is not None and at - self.polled_at < POLL_S and pending < RING_ROWS // 4:
+            return
+        rows = self.read()
+        new = rows[rows[:, 6] > self.seen]
+        if len(new):
+            got: list[list[float]] = new[new[:, 6].argsort()].tolist()
+            self.seen = got[-1][6]
+            self.rows += got
+            self.ends += [r[4] for r in got]
+        self.polled_at = at
+
+    def between(self, t_from: float, t_to: float) -> tuple[int, float, int, float, float] | None:
+        """(fetches, seconds waited, images; -1 when a fetch's size is unknown) clocked by the
+        graphs whose work ended after ``t_from`` and by ``t_to``, the latest end by then and
+        the start of the graph that clocked it (``time.time()`` seconds; 0 when none yet);
+        None until the ring has been read after ``t_to``. Asked in order of ``t_from``: the
+        rows before it are forgotten."""
+        if self.polled_at < t_to:
+            return None
+        i = bisect.bisect_right(self.ends, t_from)
+        if i:
+            self.floor = self.rows[i - 1]
+            del self.rows[:i], self.ends[:i]
+        j = bisect.bisect_right(self.ends, t_to)
+        a, b = self.floor, self.rows[j - 1] if j else self.floor
+        fetches, waited, images, unknown = (b[k] - a[k] for k in range(4))
+        return round(fetches), waited, -1 if unknown > 0.5 else round(images), b[4], b[5]
 
 
 def _called_graph(graph: Any) -> bool:

@@ -11,6 +11,8 @@ and its data wait is measured where the loop blocks on its batch, per backend:
   whatever the pipeline is: a prefetch buffer that held the batch gives the fetch's own cost
   (~0.2-0.5 ms a step on this 2-core host, real: the same graph with its batch held in a
   constant ran that much faster), a pipeline that had none gives the time it took to make one.
+  The loop reads the clock every ``POLL_S``, not every step (a read costs it ~100 us): a
+  closed step waits in ``_unready`` until then, and is recorded in order with the rest.
 - JAX and torch: the trainer pulls the batch with ``next()`` in Python on the main thread (JAX
   inside the train function, torch just before the batch-begin callback). stepscope times that
   ``next()`` (``TimedIterable``): the main thread was blocked exactly that long.
@@ -63,6 +65,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -107,6 +110,33 @@ class TrainCalls:
                 "work_p10_s": round(_quantile(ys, 0.1), 7)}
 
 
+@dataclass(slots=True)
+class _Closed:
+    """A step the loop closed, with what its figures need: settled once the graph clock's
+    rows for it are read (TensorFlow), recorded once its results are ready (JAX)."""
+
+    phase: PhaseState
+    t_start: float  # the window, on the steps' clock
+    t: float
+    wall: tuple[float, float]  # the same window on the graph clock's (time.time())
+    blocked_s: float  # timed pulls and eager fetches
+    images: int | None  # counted as pulled, if any
+    counted: int  # Keras's count of the step's images
+    graph_s: float
+    graph_calls: int
+    last_call: tuple[float, float]
+    per_step: int
+    pull_s: float
+    callback_s: float
+    gil0: tuple[float, float]  # the GIL clocks as the window opened and closed
+    gil: tuple[float, float]
+    ready: Callable[[], float | None] | None  # JAX: when the step's results were ready
+    settled: bool = False
+    wait: float = 0.0  # data wait and overhead, once settled
+    other: float = 0.0
+
+
+NO_FETCHES = (0, 0.0, -1, 0.0, 0.0)  # GraphClock.between where there is no graph clock
 STAMP_WAIT_S = 0.05
 
 
@@ -147,10 +177,10 @@ class KerasSteps:
         # JAX: starts waiting, off the loop's thread, for the last step's results; what it
         # returns gives the clock when they were ready (None: not yet).
         self.device_done: Callable[[], Callable[[], float | None]] | None = None
-        # JAX: steps closed by the loop whose results were not ready yet, in order, and the
-        # end of the last step recorded (see ``_record``)
-        self._unready: list[tuple[PhaseState, float, float, int, float, float,
-                                  Callable[[], float | None] | None]] = []
+        # Steps closed by the loop and not recorded yet, in order: waiting for the graph
+        # clock's next read (TensorFlow) or for their results (JAX); and the end of the last
+        # step recorded (see ``_record``)
+        self._unready: list[_Closed] = []
         self._device_end: float | None = None
         # ImageDataGenerator stage counters (stepscope_watch_keras_stages.LoaderStages), once
         # that module is imported; read at phase boundaries.
@@ -186,6 +216,7 @@ class KerasSteps:
         self.loader_busy: Callable[[], float] | None = None
         self.off0 = self.busy0 = 0.0
         self.graph_clock: GraphClock | None = None  # the fetches' waits, clocked in the graph
+        self.wall_from = 0.0  # the open step's start on the graph clock's clock (time.time())
 
     # -- producers -------------------------------------------------------------------------------
     def pull_begin(self, t: float) -> None:
@@ -241,8 +272,7 @@ class KerasSteps:
         self.images_fn = images_fn
         self.t_start = t  # iterator creation and the first fetch belong to step 0
         self.t_begin = None
-        if self.graph_clock is not None:
-            self.graph_clock.take()  # fetches outside any step window
+        self.wall_from = time.time()  # fetches before this are outside any step window
         self._reset()
 
     def batch_begin(self, batch: int) -> None:
@@ -323,45 +353,66 @@ class KerasSteps:
         # read with ``t``, before the graph clock's read: that op gives up the GIL, and the
         # wait to take it back belongs to the next step, whose window opens at ``t``
         gil = self._gil_now()
-        wait = self.blocked_s
+        wall = time.time()
         images = self.pulled_images if self.pulled > 0 else None
-        fetches, waited, fetched_images, end, start = (
-            self.graph_clock.take() if self.graph_clock is not None else (0, 0.0, -1, 0.0, 0.0))
-        if fetches > 0:  # TensorFlow: the fetches clocked inside the graph calls
-            wait += waited
-            if fetched_images >= 0:
-                images = fetched_images
-        graph = self.graph_s
-        t0, t1 = self.last_call
-        if self.graph_calls > 0 and t0 <= end <= t1:
-            # the last call's dispatch, before its graph started, and its return after the
-            # step's work ended are the loop's (a start clocked with an earlier end is older)
-            graph -= t1 - end + (start - t0 if t0 <= start <= end else 0.0)
-        if images is None:
-            images = self.images_fn(self.first, self.first + self.per_step - 1)
-        wait = min(wait, max(t - self.t_start, 0.0))
-        if self.train_calls is not None and self.graph_calls > 0 \
-                and self.phase.phase == "train" and self.phase.steps >= self.phase.warm:
-            # TensorFlow fetches the batch inside the graph: its wait is part of the graph time
-            self.train_calls.add(max(t - self.t_start, 0.0), graph, wait, self.per_step)
-        if self.off_cpu is not None and self.loader_busy is not None:
-            # waiting for the GIL or a core the loading threads hold, while they were loading
-            # (outside the graph's work, the pulls already counted and the user's callbacks)
-            slept = gil[0] - self.off0 - graph - self.pull_s - self.callback_s
-            busy = gil[1] - self.busy0
-            wait = min(wait + max(min(slept, busy), 0.0), max(t - self.t_start, 0.0))
-        other = min(self.callback_s, max(t - self.t_start - wait, 0.0))
         ready = None
         if self.device_done is not None and self.device_busy is not None and self.device_busy():
             ready = self.device_done()
-        self._unready.append((self.phase, self.t_start, wait, images, other, t, ready))
+        closed = _Closed(phase=self.phase, t_start=self.t_start, t=t,
+                         wall=(self.wall_from, wall), blocked_s=self.blocked_s, images=images,
+                         counted=self.images_fn(self.first, self.first + self.per_step - 1),
+                         graph_s=self.graph_s, graph_calls=self.graph_calls,
+                         last_call=self.last_call, per_step=self.per_step, pull_s=self.pull_s,
+                         callback_s=self.callback_s, gil0=(self.off0, self.busy0), gil=gil,
+                         ready=ready)
+        self._unready.append(closed)
+        if self.graph_clock is None:
+            self._settle(closed, NO_FETCHES)
+        else:
+            self.graph_clock.poll(pending=len(self._unready) * self.per_step)
         self._record()
         self.t_begin = None
+        self.wall_from = wall
         self._reset(gil)
 
+    def _settle(self, c: _Closed, clocked: tuple[int, float, int, float, float]) -> None:
+        """The closed step's data wait and overhead, from what the loop saw and ``clocked``
+        (the fetches the graph clocked in its window, ``GraphClock.between``)."""
+        fetches, waited, fetched_images, end, start = clocked
+        wait = c.blocked_s
+        if fetches > 0:  # TensorFlow: the fetches clocked inside the graph calls
+            wait += waited
+            if fetched_images >= 0:
+                c.images = fetched_images
+        graph = c.graph_s
+        t0, t1 = c.last_call
+        if c.graph_calls > 0 and t0 <= end <= t1:
+            # the last call's dispatch, before its graph started, and its return after the
+            # step's work ended are the loop's (a start clocked with an earlier end is older)
+            graph -= t1 - end + (start - t0 if t0 <= start <= end else 0.0)
+        span = max(c.t - c.t_start, 0.0)
+        wait = min(wait, span)
+        if self.train_calls is not None and c.graph_calls > 0 \
+                and c.phase.phase == "train" and c.phase.steps >= c.phase.warm:
+            # TensorFlow fetches the batch inside the graph: its wait is part of the graph time
+            self.train_calls.add(span, graph, wait, c.per_step)
+        if self.off_cpu is not None and self.loader_busy is not None:
+            # waiting for the GIL or a core the loading threads hold, while they were loading
+            # (outside the graph's work, the pulls already counted and the user's callbacks)
+            slept = c.gil[0] - c.gil0[0] - graph - c.pull_s - c.callback_s
+            busy = c.gil[1] - c.gil0[1]
+            wait = min(wait + max(min(slept, busy), 0.0), span)
+        c.wait = wait
+        c.other = min(c.callback_s, max(span - wait, 0.0))
+        c.settled = True
+
     def _record(self, until: float | None = None) -> None:
-        """Send the closed steps whose results are ready, in order; ``until``: the phase ends
-        then, so every step is sent, none ending after it.
+        """Send the closed steps whose figures are known and whose results are ready, in
+        order; ``until``: the phase ends then, so every step is sent, none ending after it.
+
+        On TensorFlow a step's clocked fetches are known once the loop has read the graph
+        clock's ring after the step (``GraphClock.poll``, every ``POLL_S``; at a phase's end
+        at once).
 
         JAX dispatches a step and returns before it has run, so the loop can run ahead of the
         device: three convolutions on JAX's CPU device had an epoch's 24 steps dispatched in
@@ -376,21 +427,31 @@ class KerasSteps:
         pairs, ``bench/watch_keras_overhead.py --backend jax``); clocking costs it nothing
         measurable (0.96, 0.91-1.06, five pairs)."""
         while self._unready:
-            ph, t_start, wait, images, other, t, ready = self._unready[0]
-            at = ready() if ready is not None else None
-            if ready is not None and at is None:
+            c = self._unready[0]
+            if not c.settled and self.graph_clock is not None:
+                clocked = self.graph_clock.between(*c.wall)
+                if clocked is None:
+                    if until is None:
+                        return
+                    self.graph_clock.poll()
+                    clocked = self.graph_clock.between(*c.wall) or NO_FETCHES
+                self._settle(c, clocked)
+            at = c.ready() if c.ready is not None else None
+            if c.ready is not None and at is None:
                 if until is None:
                     return
-                at = _stamp(ready, until)
-            end = max(t, at if at is not None else t)
+                at = _stamp(c.ready, until)
+            end = max(c.t, at if at is not None else c.t)
             if until is not None:
                 end = min(end, until)
-            start = t_start if self._device_end is None else min(max(t_start, self._device_end), end)
+            start = c.t_start if self._device_end is None \
+                else min(max(c.t_start, self._device_end), end)
             self._unready.pop(0)
             self._device_end = end
-            self.rec.begin_step(ph, start, start + min(wait, end - start), images)
+            images = c.counted if c.images is None else c.images  # else Keras's count
+            self.rec.begin_step(c.phase, start, start + min(c.wait, end - start), images)
             if self.rec.step is not None:
-                self.rec.step.other_s = min(other, max(end - start - wait, 0.0))
+                self.rec.step.other_s = min(c.other, max(end - start - c.wait, 0.0))
             self.rec.end_step(end)
 
 
