@@ -24,8 +24,10 @@ runs as the graph starts. The call's time before that start (its dispatch) and a
 (its return) is paid once per call, which ``steps_per_execution`` divides.
 
 The clock's ops run on the graph's threads (each costs the executor a few microseconds on this
-2-core host); the ring's row adds five to the end's two, no more than the two runs of one graph
-tell apart. The pipeline is untouched. (A ring of per-fetch rows, read every step, cost ~100 us
+2-core host); the ring's row adds five to the end's two, and two copies of one graph read
+further apart than the two ends did. With the ring read every ``POLL_S`` the clock cost an 8 ms
+step 33-61 us of CPU, against 204-228 us read every step (bench/watch_keras_step_cost.py). The
+pipeline is untouched. (A ring of per-fetch rows, read every step, cost ~100 us
 more in ops and its read ~150 us in Python; the mark this replaced, appended to the pipeline,
 ran on the pipeline's thread and cost the bench CNN ~5 % of its throughput on 2 cores:
 docs/performance.md.)
