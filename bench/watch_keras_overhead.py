@@ -16,7 +16,7 @@ cost directly.
 
 Usage:
     .venv/bin/python bench/watch_keras_overhead.py [--runs 5] [--steps 150] [--interval 1.0]
-        [--input pydataset|tfdata] [--backend tensorflow|jax|torch]
+        [--input pydataset|tfdata] [--backend tensorflow|jax|torch] [--control]
 
 The last line is the headline figure as one JSON object (median of the per-pair ratios).
 """
@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from stepscope.observe.watch import watch
@@ -102,7 +103,7 @@ with open(out, "w") as f:
 
 def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float,
          kind: str = "pydataset", backend: str = "tensorflow") -> dict[str, float]:
-    out = work / f"result-{index}-{int(watched)}.json"
+    out = work / f"result-{index}-{int(watched)}-{time.monotonic_ns()}.json"
     cmd = [sys.executable, str(script), str(out), str(steps), kind, backend]
     if watched:
         result = watch(cmd, work / f"run-{index}", interval_s=interval_s)
@@ -125,6 +126,9 @@ def main() -> None:
                              "tf.data pipeline over in-memory arrays")
     parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default="tensorflow",
                         help="KERAS_BACKEND of the script")
+    parser.add_argument("--control", action="store_true",
+                        help="calibrate: the 'watched' run of each pair runs bare too, so the "
+                             "ratio is how far two bare runs read apart on this host now")
     args = parser.parse_args()
     if args.input == "tfdata" and args.backend != "tensorflow":
         parser.error("--input tfdata runs on --backend tensorflow only")
@@ -139,8 +143,8 @@ def main() -> None:
             # Alternate which goes first so a drift in machine load favours neither.
             order = (False, True) if i % 2 == 0 else (True, False)
             loads.append(os.getloadavg()[0])
-            rates = {w: _run(script, work, i, w, args.steps, args.interval, args.input,
-                             args.backend) for w in order}
+            rates = {w: _run(script, work, i, w and not args.control, args.steps,
+                             args.interval, args.input, args.backend) for w in order}
             loads.append(os.getloadavg()[0])
             bare, watched = rates[False], rates[True]
             ratios.append(watched["images_per_s"] / bare["images_per_s"])
@@ -154,7 +158,8 @@ def main() -> None:
           f"(min {min(ratios):.4f}, max {max(ratios):.4f}) over {len(ratios)} pairs; "
           f"training-process CPU per image watched/bare: median "
           f"{statistics.median(cpu_ratios):.4f}; load average {min(loads):.1f}-{max(loads):.1f}")
-    print(json.dumps({"figure": "watch_keras_overhead_ratio", "input": args.input,
+    print(json.dumps({"figure": "watch_keras_overhead_ratio" + ("_control" * args.control),
+                      "input": args.input,
                       "backend": args.backend,
                       "value": round(statistics.median(ratios), 4),
                       "min": round(min(ratios), 4), "max": round(max(ratios), 4),
