@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from stepscope.observe.watch import watch
@@ -103,7 +102,7 @@ with open(out, "w") as f:
 
 def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float,
          kind: str = "pydataset", backend: str = "tensorflow") -> dict[str, float]:
-    out = work / f"result-{index}-{int(watched)}-{time.monotonic_ns()}.json"
+    out = work / f"result-{index}-{int(watched)}.json"
     cmd = [sys.executable, str(script), str(out), str(steps), kind, backend]
     if watched:
         result = watch(cmd, work / f"run-{index}", interval_s=interval_s)

@@ -165,7 +165,7 @@ class GraphClock:
         (rows the loop waits for) only when due: ``POLL_S`` after the last read, or with a
         quarter of the ring unread. The read costs the loop ~100 us right after a graph call
         and more after a pause (TensorFlow's runtime gone cold): once a step, it was half of
-        what watching cost a 8 ms step (docs/performance.md)."""
+        what watching cost an 8 ms step (docs/performance.md)."""
         at = time.time()
         if self.ring is None:  # not made: no graph has clocked a step
             self.polled_at = at
