@@ -10,13 +10,15 @@ all arms alike. The parts are left out in a temporary copy of ``src/`` (switches
 - ``calls``: the graph-call timer (``time_graph_calls`` not installed);
 - ``keras``: every Keras hook (the ``keras`` import hook returns at once): what is left is the
   watching parent, the injected ``sitecustomize`` and the framework-neutral hooks;
-- ``pool``: PyDataset worker timing; ``gil``: the loop thread's GIL clocks.
+- ``pool``: PyDataset worker timing; ``gil``: the loop thread's GIL clocks;
+- ``control``: not an ablation but a second bare run in the same rotation, so each round shows
+  how far two bare runs read apart beside what watching costs.
 
 A patch whose anchor text is gone (the code moved on) stops the bench with the anchor named.
 
 Usage:
     .venv/bin/python bench/watch_keras_ablation.py [--rounds 6] [--input pydataset|tfdata]
-        [--arms end end,fetch,calls keras pool,gil]
+        [--arms control end end,fetch,calls keras pool,gil]
 
 The bare arm's throughput is printed each round: on a host whose bare runs swing by more than a
 few per cent, the round says nothing. The last line is one JSON object (median ratio per arm).
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -104,9 +107,10 @@ def main() -> None:
         rates: dict[str, list[float]] = {a: [] for a in arms}
         for r in range(args.rounds):
             for a in arms[r % len(arms):] + arms[:r % len(arms)]:
-                if a != "bare":
+                watched = a not in ("bare", "control")
+                if watched:
                     os.environ["ABL"] = a
-                out = bench._run(script, work, r * 100 + arms.index(a), a != "bare",
+                out = bench._run(script, work, r * 100 + arms.index(a), watched,
                                  args.steps, 1.0, args.input)
                 os.environ.pop("ABL", None)
                 rates[a].append(out["images_per_s"])
@@ -117,10 +121,27 @@ def main() -> None:
                                  "bare_img_s": [round(x) for x in rates["bare"]]}
     for a in arms[1:]:
         ratios = [x / b for x, b in zip(rates[a], rates["bare"], strict=True)]
-        name = f"without {a}" if a else "watch"
+        name = {"": "watch", "control": "control (bare)"}.get(a, f"without {a}")
         print(f"{name}: watched/bare median {statistics.median(ratios):.3f} "
               f"({min(ratios):.3f}-{max(ratios):.3f})")
         result[name] = round(statistics.median(ratios), 4)
+    if "control" in rates:  # watched against the other bare run of the same round
+        ratios = [x / c for x, c in zip(rates[""], rates["control"], strict=True)]
+        print(f"watch/control median {statistics.median(ratios):.3f} "
+              f"({min(ratios):.3f}-{max(ratios):.3f})")
+        result["watch / control"] = round(statistics.median(ratios), 4)
+        # Against both bare runs of each round: their geometric mean, and the rounds' mean log
+        # ratio with ±2 standard errors (the ratios spread log-normally, ~±15 % a round here).
+        logs = [math.log(x / math.sqrt(b * c)) for x, b, c in
+                zip(rates[""], rates["bare"], rates["control"], strict=True)]
+        mean = statistics.mean(logs)
+        half = 2 * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
+        print(f"watch / both bare runs: {math.exp(mean):.3f} "
+              f"(±2 SE {math.exp(mean - half):.3f}-{math.exp(mean + half):.3f}); "
+              f"under them in {sum(x < 0 for x in logs)} of {len(logs)} rounds")
+        result["watch / bare runs"] = round(math.exp(mean), 4)
+        result["watch / bare runs, 2 SE"] = [round(math.exp(mean - half), 4),
+                                             round(math.exp(mean + half), 4)]
     print(json.dumps(result))
 
 

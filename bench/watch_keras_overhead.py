@@ -16,7 +16,7 @@ cost directly.
 
 Usage:
     .venv/bin/python bench/watch_keras_overhead.py [--runs 5] [--steps 150] [--interval 1.0]
-        [--input pydataset|tfdata] [--backend tensorflow|jax|torch] [--control]
+        [--input pydataset|tfdata] [--backend tensorflow|jax|torch] [--control] [--epochs 4]
 
 The last line is the headline figure as one JSON object (median of the per-pair ratios).
 """
@@ -42,6 +42,7 @@ import keras
 import numpy as np
 
 out, steps, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+epochs = int(sys.argv[5]) if len(sys.argv) > 5 else 4
 rng = np.random.default_rng(0)
 x_all = rng.normal(size=(steps * 32, 32, 32, 3)).astype("float32")
 y_all = rng.integers(0, 10, size=(steps * 32,))
@@ -91,7 +92,7 @@ model = keras.Sequential([
     keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, activation="softmax")])
 model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
 clock = EpochClock()
-model.fit(batches(steps * 32), validation_data=batches(256), epochs=4, verbose=0,
+model.fit(batches(steps * 32), validation_data=batches(256), epochs=epochs, verbose=0,
           callbacks=[clock])
 with open(out, "w") as f:
     # The best epoch after the first: other load on a shared machine only ever slows an epoch
@@ -101,9 +102,10 @@ with open(out, "w") as f:
 
 
 def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float,
-         kind: str = "pydataset", backend: str = "tensorflow") -> dict[str, float]:
+         kind: str = "pydataset", backend: str = "tensorflow",
+         epochs: int = 4) -> dict[str, float]:
     out = work / f"result-{index}-{int(watched)}.json"
-    cmd = [sys.executable, str(script), str(out), str(steps), kind, backend]
+    cmd = [sys.executable, str(script), str(out), str(steps), kind, backend, str(epochs)]
     if watched:
         result = watch(cmd, work / f"run-{index}", interval_s=interval_s)
         if result.exit_code != 0:
@@ -128,6 +130,8 @@ def main() -> None:
     parser.add_argument("--control", action="store_true",
                         help="calibrate: the 'watched' run of each pair runs bare too, so the "
                              "ratio is how far two bare runs read apart on this host now")
+    parser.add_argument("--epochs", type=int, default=4,
+                        help="epochs per run; the best after the first is compared")
     args = parser.parse_args()
     if args.input == "tfdata" and args.backend != "tensorflow":
         parser.error("--input tfdata runs on --backend tensorflow only")
@@ -143,7 +147,8 @@ def main() -> None:
             order = (False, True) if i % 2 == 0 else (True, False)
             loads.append(os.getloadavg()[0])
             rates = {w: _run(script, work, i, w and not args.control, args.steps,
-                             args.interval, args.input, args.backend) for w in order}
+                             args.interval, args.input, args.backend, args.epochs)
+                     for w in order}
             loads.append(os.getloadavg()[0])
             bare, watched = rates[False], rates[True]
             ratios.append(watched["images_per_s"] / bare["images_per_s"])
