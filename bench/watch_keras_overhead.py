@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4,
                         help="epochs per run; the best after the first is compared")
     args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2: the first epoch traces and is not compared")
     if args.input == "tfdata" and args.backend != "tensorflow":
         parser.error("--input tfdata runs on --backend tensorflow only")
     ratios: list[float] = []
