@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from stepscope.analysis.explain import headline
 from stepscope.analysis.phases import PhaseTotals
 from stepscope.analysis.summary import (
     aggregate_phase_kind,
@@ -137,3 +138,29 @@ def test_a_kinds_cause_is_the_one_behind_the_most_waiting() -> None:
     agg = aggregate_phase_kind("train", rows, totals)
     assert agg is not None and agg["verdict"] == "input-bound"
     assert agg["input_cause"] == "workers" and agg["input_evidence"] == ["workers"]
+
+
+def _compute_bound(facts: dict[str, Any]) -> RunSpec:
+    return RunSpec([PhaseSpec(1, "train", data_wait_s=0.0, compute_s=0.1),
+                    PhaseSpec(1, "val", steps=25, data_wait_s=0.0, compute_s=0.05)],
+                   facts=dict(CPU_FACTS, **facts))
+
+
+def test_unclocked_keras_steps_make_the_training_verdict_weak(tmp_path: Path) -> None:
+    # A Keras/TensorFlow train function made outside Keras's make_function: watch timed its
+    # graph calls, but no step end reached the graph clock, so its data wait reads 0.
+    make_run(tmp_path / "a", _compute_bound({"loop.keras_wait_unclocked": 40}))
+    s = build_summary(RunReader(tmp_path / "a"))
+    train = [p for p in s["phases"] if p["phase"] == "train"]
+    assert train and all(p["verdict_weak"] for p in train)
+    assert "data wait was not measured" in (train[0]["verdict_note"] or "")
+    assert not any(p["verdict_weak"] for p in s["phases"] if p["phase"] == "val")
+    assert s["loader"]["wait_unclocked"] == 40
+    _, text = headline(s) or ("", "")
+    assert "This verdict is weak: its data wait was not measured" in text
+    # measured (no such fact): the same steps, no such sentence
+    make_run(tmp_path / "b", _compute_bound({}))
+    s = build_summary(RunReader(tmp_path / "b"))
+    assert not any(p["verdict_weak"] for p in s["phases"])
+    _, text = headline(s) or ("", "")
+    assert "not measured" not in text

@@ -354,6 +354,22 @@ def test_tf_keras_generator_compute_bound(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_models_own_train_function_is_named_unclocked(tmp_path: Path) -> None:
+    """A Keras 3 model that makes its own train function (``make_train_function`` overridden:
+    a ``tf.function`` taking the next batch) has no step-end clock in its graph, so watch
+    cannot read the wait the graph's fetch clocked. The input-bound plant must not come out
+    as a plain verdict: each training phase's is marked weak, with the measurement missing."""
+    s = _run_script(tmp_path, SCRIPT, "tensorflow", "tfdata", str(INPUT_MS), "dense",
+                    "--own-train-function", "--steps", "12")
+    train = _train(s)
+    assert [p["epoch"] for p in train] == [1, 2] and all(p["steps"] == 12 for p in train)
+    assert s["loader"]["wait_unclocked"] >= 1
+    for p in train:
+        assert p["verdict_weak"] and "data wait was not measured" in p["verdict_note"], p
+    assert "This verdict is weak: its data wait was not measured" in s["_printed"]
+
+
+@pytest.mark.slow
 def test_keras3_tensorflow_memory_ledger_names_the_runtime(tmp_path: Path) -> None:
     """Also: a model built under tf.distribute.MirroredStrategy (one CPU device) is marked as
     such in the summary, the explanation and the report's header."""

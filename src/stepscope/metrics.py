@@ -218,6 +218,8 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "loop.keras_gil_wait": "the Keras loop's sleep outside TensorFlow's graph calls is counted "
                            "as data wait (a loading thread pool holds the GIL)",
     "loop.keras_train_calls": "steady Keras training steps on TensorFlow: wall vs the graph's run",
+    "loop.keras_wait_unclocked": "steady Keras/TensorFlow training steps whose data wait was "
+                                 "not measured (no step-end clock in their train function)",
     "loop.distribute_strategy": "the tf.distribute strategy a Keras model ran under (class)",
     "loop.distribute_replicas": "replicas in sync of that strategy",
     "featcache.used": "phases served from the trainer's feature cache",

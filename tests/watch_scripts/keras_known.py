@@ -2,7 +2,7 @@
 
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
         [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
-        [--cpu-clock] [--gap-clock]
+        [--cpu-clock] [--gap-clock] [--own-train-function]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -12,6 +12,9 @@ MODEL: dense (tiny, ~1 ms a step) | conv (convolutions on 32x32 images, ~15 ms a
 sink), not async-safe, so Keras runs it on the loop's thread between steps.
 --spe: ``model.compile(steps_per_execution=N)`` (the fix stepscope advises for slow callbacks).
 --mirrored: model built and compiled under ``tf.distribute.MirroredStrategy(["/cpu:0"])``.
+--own-train-function (Keras 3 on TensorFlow): the model makes its own train function, a
+``tf.function`` that takes the next batch and runs ``train_step``, overriding
+``make_train_function`` as a custom training loop written before Keras 3 did.
 --cpu-clock: LOAD_MS is the loading thread's CPU time (``time.thread_time``), a fixed amount of
 pure-Python work that holds the GIL: PyDataset worker threads then take turns, as real ones do.
 --workers/--mp with --legacy go to ``fit(workers=, use_multiprocessing=)``, as tf-keras takes them.
@@ -47,6 +50,7 @@ p.add_argument("--spe", type=int, default=1)
 p.add_argument("--mirrored", action="store_true")
 p.add_argument("--cpu-clock", action="store_true")
 p.add_argument("--gap-clock", action="store_true")
+p.add_argument("--own-train-function", action="store_true")
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -139,6 +143,22 @@ def source(n: int):  # type: ignore[no-untyped-def]
     return np.concatenate(xs), np.concatenate(ys)
 
 
+if args.own_train_function:
+    import tensorflow as tf
+
+    class OwnTrainFunction(keras.Sequential):  # type: ignore[misc,name-defined]
+        def make_train_function(self, force=False):  # type: ignore[no-untyped-def]
+            if self.train_function is not None and not force:
+                return self.train_function
+
+            @tf.function
+            def train_function(iterator):  # type: ignore[no-untyped-def]
+                return self.train_step(next(iterator))
+
+            self.train_function = train_function
+            return train_function
+
+
 def build():  # type: ignore[no-untyped-def]
     if args.model == "conv":
         layers = [keras.Input(shape=SHAPE),
@@ -150,7 +170,7 @@ def build():  # type: ignore[no-untyped-def]
     else:
         layers = [keras.Input(shape=SHAPE), keras.layers.Dense(16, activation="relu"),
                   keras.layers.Dense(1, activation="sigmoid")]
-    model = keras.Sequential(layers)
+    model = (OwnTrainFunction if args.own_train_function else keras.Sequential)(layers)
     model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"],
                   steps_per_execution=args.spe)
     return model

@@ -290,6 +290,8 @@ class KerasTrainCalls(TypedDict):
 LoaderFacts = TypedDict("LoaderFacts", {
     "framework": str | None, "keras_backend": str | None, "callbacks_timed": bool | None,
     "train_calls": KerasTrainCalls | None,
+    # steady training steps whose data wait was not measured (no step-end clock: TensorFlow)
+    "wait_unclocked": int | None,
     # the loop's sleep outside TensorFlow's graph calls counted as data wait (loading threads)
     "gil_wait_counted": bool | None,
     "kind": str | None, "class": str | None, "workers": int | None,

@@ -116,6 +116,21 @@ def _mark_cached_phases(phases: list[PhaseRow], facts: dict[str, Fact]) -> None:
                                  "so this phase's split says nothing about loading or the trunk")
 
 
+UNCLOCKED_NOTE = ("its data wait was not measured (watch: no step of the Keras train function "
+                  "ended on the graph clock; a train function made outside Keras's "
+                  "make_function), so waiting for data reads as compute")
+
+
+def _mark_unclocked(phases: list[PhaseRow], facts: dict[str, Fact]) -> None:
+    """Training phases whose TensorFlow steps had no step-end clock: their data wait reads 0,
+    so a compute-bound verdict there rests on nothing."""
+    if not _fact(facts, "loop.keras_wait_unclocked"):
+        return
+    for p in phases:
+        if p["phase"] == "train" and p["steps"]:
+            p["verdict_weak"], p["verdict_note"] = True, UNCLOCKED_NOTE
+
+
 def _run_section(run: RunInfo, cache: SampleCache) -> RunHeader:
     ended = run.ended
     if ended is None:
@@ -272,6 +287,7 @@ def _loader_section(facts: dict[str, Fact]) -> LoaderFacts:
             "callbacks_timed": _fact(facts, "loop.keras_callbacks_timed"),
             "gil_wait_counted": _fact(facts, "loop.keras_gil_wait"),
             "train_calls": _fact(facts, "loop.keras_train_calls"),
+            "wait_unclocked": _fact(facts, "loop.keras_wait_unclocked"),
             "distribute_strategy": _fact(facts, "loop.distribute_strategy"),
             "distribute_replicas": _fact(facts, "loop.distribute_replicas"),
             "kind": _fact(facts, "loader.kind"), "class": _fact(facts, "loader.class"),
@@ -344,6 +360,7 @@ def build_summary(reader: RunReader) -> Summary:
                        stage_causes=framework_of({"loader": _loader_section(facts)}) != KERAS)
     phases, totals = _summarize_phases(reader, ctx, run.rank)
     _mark_cached_phases(phases, facts)
+    _mark_unclocked(phases, facts)
     for p in phases:  # ImageDataGenerator stages (Keras under watch)
         f = facts.get(f"keras_stages.phase.{p['phase_id']}")
         p["loader_stages"] = stage_fields(f.value if f else None, p.get("seconds"))
@@ -378,6 +395,8 @@ def build_summary(reader: RunReader) -> Summary:
     }
     for agg in summary["by_phase"].values():
         agg["run_kind"] = run.kind  # the fix speaks the loop's vocabulary (trainer flags, API)
+        if agg["phase"] == "train" and _fact(facts, "loop.keras_wait_unclocked"):
+            agg["verdict_weak"], agg["verdict_note"] = True, UNCLOCKED_NOTE
     summary["findings"] = build_findings(summary)
     return summary
 
