@@ -18,10 +18,21 @@ A patch whose anchor text is gone (the code moved on) stops the bench with the a
 
 Usage:
     .venv/bin/python bench/watch_keras_ablation.py [--rounds 6] [--input pydataset|tfdata]
-        [--arms control end end,fetch,calls keras pool,gil]
+        [--arms control end end,fetch,calls keras pool,gil] [--epochs 4] [--cpus 1]
 
 The bare arm's throughput is printed each round: on a host whose bare runs swing by more than a
-few per cent, the round says nothing. The last line is one JSON object (median ratio per arm).
+few per cent, a single round says nothing. With ``control`` among the arms, each arm is also
+set against both bare runs of each round, pooled over the rounds two ways: the mean log ratio
+(±2 standard errors) and the median with its distribution-free 95 % interval, which a minority
+of rounds caught in one of the host's slow phases does not move; both for each run's best
+epoch and for its fast epochs' median. Last, every arm's fast epochs (those at or over
+``SLOW_PHASE`` of the bench's fastest) pooled over all rounds, against the bare runs', with a
+95 % interval from resampling whole rounds: the figure that uses every fast epoch, where the
+per-round ones lose a round whenever one of its runs was slowed whole. ``--cpus 1`` confines
+every run, and watch's parent, to one core: TensorFlow then runs one intra-op thread, so only
+that core's slow phases hit a run, and the parent's sampling competes with the training for it
+(the cost a job pays when it has no core to spare). The last line is one JSON object, with
+every arm's epochs (img/s) for a second look.
 """
 
 from __future__ import annotations
@@ -30,11 +41,13 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECT = Path("stepscope/observe/inject")
@@ -83,6 +96,93 @@ def patched_src(dest: Path) -> Path:
     return src
 
 
+def _median_interval(xs: list[float]) -> tuple[float, float]:
+    """The 95 % distribution-free interval of the median: the order statistics k and n+1-k for
+    the largest k with P(Binomial(n, 1/2) < k) <= 2.5 %; the whole range when n < 6."""
+    s, n = sorted(xs), len(xs)
+    k = 0
+    while sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n <= 0.025:
+        k += 1
+    return (s[k - 1], s[n - k]) if k > 0 else (s[0], s[-1])
+
+
+# An epoch under this share of its round's fastest ran in one of the host's slowed phases.
+SLOW_PHASE = 0.75
+
+
+def _fast_medians(epochs: dict[str, list[float]]) -> dict[str, float | None]:
+    """Each arm's median epoch among its round's fast ones (None: every epoch slowed).
+
+    This host has phases, seconds to a minute long, in which one core runs at half speed (a
+    pure Python loop shows them too): an epoch caught in one reads ~0.5 of the others, and a
+    run may be caught whole. Watching costs a few per cent at most, far from half, so an epoch
+    under ``SLOW_PHASE`` of the round's fastest is the host's, in any arm, and is left out."""
+    top = max(max(v) for v in epochs.values())
+    return {a: statistics.median(fast) if (fast := [e for e in v if e >= SLOW_PHASE * top])
+            else None for a, v in epochs.items()}
+
+
+def _against_bare(key: str, how: str, xs: list[float | None], bare: list[float | None],
+                  control: list[float | None]) -> dict[str, object]:
+    """One arm against both bare runs of each round (their geometric mean), pooled two ways:
+    the mean log ratio with ±2 standard errors, and the median with its distribution-free 95 %
+    interval, which a minority of rounds caught in a slowed phase does not move. Rounds with a
+    run that has no figure are left out, and counted."""
+    logs = [math.log(x / math.sqrt(b * c)) for x, b, c in zip(xs, bare, control, strict=True)
+            if x is not None and b is not None and c is not None]
+    if not logs:
+        print(f"{key} / both bare runs ({how}): no round with a figure for all three")
+        return {}
+    mean = statistics.mean(logs)
+    half = 2 * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
+    med = statistics.median(logs)
+    lo, hi = _median_interval(logs)
+    print(f"{key} / both bare runs ({how}): mean {math.exp(mean):.3f} "
+          f"(±2 SE {math.exp(mean - half):.3f}-{math.exp(mean + half):.3f}); "
+          f"median {math.exp(med):.3f} (95 % {math.exp(lo):.3f}-{math.exp(hi):.3f}); "
+          f"under them in {sum(x < 0 for x in logs)} of {len(logs)} rounds"
+          + (f" ({len(xs) - len(logs)} left out)" if len(logs) < len(xs) else ""))
+    name = f"{key} / bare runs" + ("" if how == "best epoch" else f", {how}")
+    return {name: round(math.exp(mean), 4),
+            f"{name}, 2 SE": [round(math.exp(mean - half), 4), round(math.exp(mean + half), 4)],
+            f"{name}, median": round(math.exp(med), 4),
+            f"{name}, median 95 %": [round(math.exp(lo), 4), round(math.exp(hi), 4)],
+            f"{name}, rounds": [round(math.exp(x), 4) for x in logs]}
+
+
+def _fast_epochs(runs: list[dict[str, Any]], top: float) -> list[float]:
+    """A run's epochs (img/s) at or over ``SLOW_PHASE`` of ``top``, the fastest of the bench."""
+    return [e for o in runs for e in o["epochs_img_s"] if e >= SLOW_PHASE * top]
+
+
+def _pooled_fast(name: str, arm: list[list[float]], bare: list[list[float]]) -> dict[str, object]:
+    """Median fast epoch of an arm ÷ that of the bare runs, every round's fast epochs pooled
+    (a round need not have fast epochs in every arm), with a 95 % interval from resampling
+    whole rounds: the epochs of one run are not independent."""
+    a, b = [e for r in arm for e in r], [e for r in bare for e in r]
+    if not a or not b:
+        print(f"{name} / bare runs, pooled fast epochs: none to compare")
+        return {}
+    ratio = statistics.median(a) / statistics.median(b)
+    rng, boot = random.Random(0), []
+    for _ in range(2000):
+        idx = [rng.randrange(len(arm)) for _ in arm]
+        ra, rb = [e for i in idx for e in arm[i]], [e for i in idx for e in bare[i]]
+        if ra and rb:
+            boot.append(statistics.median(ra) / statistics.median(rb))
+    boot.sort()
+    lo, hi = boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]
+    print(f"{name} / bare runs, pooled fast epochs: {ratio:.3f} (95 % {lo:.3f}-{hi:.3f}; "
+          f"{len(a)} epochs against {len(b)})")
+    key = f"{name} / bare runs, pooled fast epochs"
+    return {key: round(ratio, 4), f"{key}, 95 %": [round(lo, 4), round(hi, 4)],
+            f"{key}, epochs": [len(a), len(b)]}
+
+
+def _img_s(x: float | None) -> str:
+    return "slowed" if x is None else f"{x:.0f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="rounds (each runs every arm)")
@@ -90,7 +190,17 @@ def main() -> None:
     parser.add_argument("--input", choices=("pydataset", "tfdata"), default="pydataset")
     parser.add_argument("--arms", nargs="+", default=["end", "end,fetch,calls", "keras"],
                         help="ABL sets to run beside bare and the whole watch")
+    parser.add_argument("--epochs", type=int, default=4,
+                        help="epochs per run; those after the first are compared")
+    parser.add_argument("--cpus", type=str, default=None,
+                        help="run every arm on these cores only, e.g. '1' (the watching parent "
+                             "then shares the training's cores)")
     args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2: the first epoch traces and is not compared")
+    if args.cpus is not None:
+        # Children inherit the affinity: bare, watched and watch's parent alike.
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     with tempfile.TemporaryDirectory(prefix="stepscope-keras-ablation-") as tmp:
         work = Path(tmp)
         src = patched_src(work)
@@ -105,19 +215,29 @@ def main() -> None:
         script.write_text(bench.SCRIPT)
         arms = ["bare", "", *args.arms]
         rates: dict[str, list[float]] = {a: [] for a in arms}
+        fast: dict[str, list[float | None]] = {a: [] for a in arms}
+        runs: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
         for r in range(args.rounds):
+            epochs: dict[str, list[float]] = {}
             for a in arms[r % len(arms):] + arms[:r % len(arms)]:
                 watched = a not in ("bare", "control")
                 if watched:
                     os.environ["ABL"] = a
                 out = bench._run(script, work, r * 100 + arms.index(a), watched,
-                                 args.steps, 1.0, args.input)
+                                 args.steps, 1.0, args.input, epochs=args.epochs)
                 os.environ.pop("ABL", None)
                 rates[a].append(out["images_per_s"])
-            print(f"round {r}: " + ", ".join(f"{a or 'watch'} {rates[a][-1]:.0f}" for a in arms)
-                  + f" img/s; load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+                runs[a].append(out)
+                epochs[a] = out["epochs_img_s"]
+            for a, m in _fast_medians(epochs).items():
+                fast[a].append(m)
+            print(f"round {r}: " + ", ".join(
+                f"{a or 'watch'} {rates[a][-1]:.0f} ({_img_s(fast[a][-1])})" for a in arms)
+                + f" img/s, best epoch (fast epochs' median); load {os.getloadavg()[0]:.1f}",
+                file=sys.stderr, flush=True)
     result: dict[str, object] = {"figure": "watch_keras_ablation", "input": args.input,
-                                 "runs": args.rounds,
+                                 "runs": args.rounds, "epochs": args.epochs,
+                                 "cpus": args.cpus,
                                  "bare_img_s": [round(x) for x in rates["bare"]]}
     for a in arms[1:]:
         ratios = [x / b for x, b in zip(rates[a], rates["bare"], strict=True)]
@@ -130,18 +250,28 @@ def main() -> None:
         print(f"watch/control median {statistics.median(ratios):.3f} "
               f"({min(ratios):.3f}-{max(ratios):.3f})")
         result["watch / control"] = round(statistics.median(ratios), 4)
-        # Against both bare runs of each round: their geometric mean, and the rounds' mean log
-        # ratio with ±2 standard errors (the ratios spread log-normally, ~±15 % a round here).
-        logs = [math.log(x / math.sqrt(b * c)) for x, b, c in
-                zip(rates[""], rates["bare"], rates["control"], strict=True)]
-        mean = statistics.mean(logs)
-        half = 2 * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
-        print(f"watch / both bare runs: {math.exp(mean):.3f} "
-              f"(±2 SE {math.exp(mean - half):.3f}-{math.exp(mean + half):.3f}); "
-              f"under them in {sum(x < 0 for x in logs)} of {len(logs)} rounds")
-        result["watch / bare runs"] = round(math.exp(mean), 4)
-        result["watch / bare runs, 2 SE"] = [round(math.exp(mean - half), 4),
-                                             round(math.exp(mean + half), 4)]
+        # Against both bare runs of each round (their geometric mean), every arm.
+        for a in arms[1:]:
+            if a != "control":
+                key = "watch" if a == "" else f"without {a}"
+                result.update(_against_bare(key, "best epoch", list(rates[a]),
+                                            list(rates["bare"]), list(rates["control"])))
+                result.update(_against_bare(key, "fast epochs", fast[a], fast["bare"],
+                                            fast["control"]))
+    # Every arm's fast epochs, pooled over the rounds, against both bare runs' (or bare alone).
+    top = max(e for a in arms for o in runs[a] for e in o["epochs_img_s"])
+    fast_by_round = {a: [_fast_epochs([o], top) for o in runs[a]] for a in arms}
+    print(f"fast epochs (>= {SLOW_PHASE} x the fastest, {top:.0f} img/s): " + ", ".join(
+        f"{a or 'watch'} {sum(map(len, fast_by_round[a]))} of "
+        f"{sum(len(o['epochs_img_s']) for o in runs[a])}" for a in arms))
+    base = [b + c for b, c in zip(fast_by_round["bare"], fast_by_round["control"], strict=True)] \
+        if "control" in arms else fast_by_round["bare"]
+    for a in arms[1:]:
+        name = {"": "watch", "control": "control"}.get(a, f"without {a}")
+        result.update(_pooled_fast(name, fast_by_round[a],
+                                   fast_by_round["bare"] if a == "control" else base))
+    result["epochs_img_s"] = {a or "watch": [[round(e) for e in o["epochs_img_s"]]
+                                             for o in runs[a]] for a in arms}
     print(json.dumps(result))
 
 
