@@ -65,17 +65,16 @@ class Batches(keras.utils.PyDataset):
 class EpochClock(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
-        self.rates, self.cpu, self.spans = [], [], []
+        self.rates, self.cpu = [], []
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.t0, self.c0, self.w0 = time.perf_counter(), time.process_time(), time.time()
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
 
     def on_test_begin(self, logs=None):  # the training part of the epoch ends here
         if self.t0 is not None:
             n = steps * 32
             self.rates.append(n / (time.perf_counter() - self.t0))
             self.cpu.append((time.process_time() - self.c0) / n)
-            self.spans.append((self.w0, time.time()))
             self.t0 = None
 
 
@@ -100,7 +99,7 @@ with open(out, "w") as f:
     # The best epoch after the first: other load on a shared machine only ever slows an epoch
     # down, while watching's own costs hit every epoch alike.
     json.dump({"images_per_s": max(clock.rates[1:]), "cpu_s_per_image": min(clock.cpu[1:]),
-               "epochs_img_s": clock.rates[1:], "epochs_span": clock.spans[1:]}, f)
+               "epochs_img_s": clock.rates[1:]}, f)
 '''
 
 
@@ -108,7 +107,7 @@ def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interv
          kind: str = "pydataset", backend: str = "tensorflow",
          epochs: int = 4) -> dict[str, Any]:
     """One run's best epoch after the first (``images_per_s``, ``cpu_s_per_image``) and every
-    epoch after the first (``epochs_img_s``, and each one's wall-clock span, ``epochs_span``)."""
+    epoch after the first (``epochs_img_s``)."""
     out = work / f"result-{index}-{int(watched)}.json"
     cmd = [sys.executable, str(script), str(out), str(steps), kind, backend, str(epochs)]
     if watched:
