@@ -52,6 +52,7 @@ class _FetchClock:
         self.rows: list[tuple[int, float, int]] = []
         self.end = 0.0  # the latest end of a step's graph work
         self.start = 0.0  # ... and the start of its graph
+        self.seen = 1.0  # the ring's latest row: steps' ends were clocked
 
     def poll(self, pending: int | None = None) -> None:
         pass
