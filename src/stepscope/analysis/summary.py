@@ -122,8 +122,8 @@ UNCLOCKED_NOTE = ("its data wait was not measured (watch: no step of the Keras t
 
 
 def _mark_unclocked(phases: list[PhaseRow], facts: dict[str, Fact]) -> None:
-    """Training phases whose TensorFlow steps had no step-end clock: their data wait reads 0,
-    so a compute-bound verdict there rests on nothing."""
+    """Training phases whose TensorFlow steps had no step-end clock: their fetches were never
+    read, so a compute-bound verdict there rests on a data wait that was not measured."""
     if not _fact(facts, "loop.keras_wait_unclocked"):
         return
     for p in phases:

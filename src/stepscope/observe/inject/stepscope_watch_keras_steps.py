@@ -314,7 +314,8 @@ class KerasSteps:
                           "time TensorFlow's Context.call_function ran inside them (the graph)")
             # A train function made outside Keras's ``_make_function`` (a model's own
             # ``make_train_function``) has no step-end clock: the ring never gets a row, and
-            # its fetches, clocked or not, are never read. Its data wait reads 0: say so.
+            # its fetches, clocked or not, are never read. Its data wait reads 0 (or what the GIL
+            # clock counted, not the fetch): say so.
             if self.graph_clock is not None and self.graph_clock.seen == 0 \
                     and self.rec.once("keras-unclocked"):
                 self.rec.fact("loop.keras_wait_unclocked", found["calls"],
