@@ -6,11 +6,12 @@ Keras (3 on TensorFlow, and tf-keras) fetches each batch inside its compiled tra
 of the graph, and the graph blocks on it until the input pipeline has a batch. So the wait is
 clocked there, the consumer's side, whatever the pipeline is (a Python generator, ``tf.data``
 maps, a prefetch buffer): each fetch traced into a graph gets a clock op before it and one after
-the batch's tensors, and adds (1, the difference, the batch's size) to a running sum held in one
-small variable (``GraphClock``). As each step's graph work ends (below) the graph copies the sum
-into the next row of a ring, a second variable. The loop reads the ring every ``POLL_S``, not
-every step, and a step's fetches are the difference between the rows as of its start and its
-end (marks on the same clock): a step's figures wait for the next read, or the phase's end.
+the batch's tensors, and adds (1, the difference, the batch's size, 1) to a running sum held in
+one small variable (``GraphClock``): the last column numbers the fetches. As each step's graph
+work ends (below) the graph writes the sum as of its fetch, with that end, into a row of a ring,
+a second variable. The loop reads the ring every ``POLL_S``, not every step, and a step's
+fetches are the difference between the rows as of its start and its end (marks on the same
+clock): a step's figures wait for the next read, or the phase's end.
 That read is an eager op whose cost is TensorFlow's runtime, not the copy: ~100 us of the
 loop's time right after a call, and several hundred microseconds of CPU over TensorFlow's
 threads. Made once a step it was half of what watching cost an 8 ms step (docs/performance.md).
@@ -23,14 +24,16 @@ the start of the graph that clocked it: the first fetch's first clock op has no 
 runs as the graph starts. The call's time before that start (its dispatch) and after the end
 (its return) is paid once per call, which ``steps_per_execution`` divides.
 
-The clock's ops run on the graph's threads (each costs the executor a few microseconds on this
-2-core host); the ring's row adds five to the end's two, and two copies of one graph read
-further apart than the two ends did. With the ring read every ``POLL_S`` the clock cost an 8 ms
-step 33-61 us of CPU, against 204-228 us read every step (bench/watch_keras_step_cost.py). The
-pipeline is untouched. (A ring of per-fetch rows, read every step, cost ~100 us
-more in ops and its read ~150 us in Python; the mark this replaced, appended to the pipeline,
-ran on the pipeline's thread and cost the bench CNN ~5 % of its throughput on 2 cores:
-docs/performance.md.)
+The clock's ops run on the graph's threads, each costing the executor a few microseconds of a
+core the step's own work wants (2 busy cores here): few ops, and few after the work, where each
+delays the call's return. The sum is read for the ring as soon as the step's fetch is clocked,
+beside the step's work, so three ops wait for the work to end (the end's clock, the row, its
+write); the chain of nine this replaced cost each call of the bench CNN's 4.4 ms step ~60 us
+more (bench/watch_keras_clock_ab.py --interleave step: fetch and end clocks +124 us a call,
+now +59 to +71; docs/performance.md). The pipeline is untouched. (A ring of per-fetch rows, read
+every step, cost ~100 us more in ops and its read ~150 us in Python; the mark this replaced,
+appended to the pipeline, ran on the pipeline's thread and cost the bench CNN ~5 % of its
+throughput on 2 cores: docs/performance.md.)
 
 A fetch run eagerly (``run_eagerly=True``) is timed in Python instead, on the loop's thread.
 
@@ -52,9 +55,10 @@ COLS = 7  # fetches, seconds waited, images, fetches of unknown size, end, start
 
 class GraphClock:
     """The running sum of clocked fetches, ``(fetches, seconds waited, images, fetches of
-    unknown size)``, the latest end of a step's graph work (``tf.timestamp``, the wall clock's
-    seconds: a float64 holds them to a quarter of a microsecond) with its graph's start, and a
-    ring of the sum's values as each step's graph work ended, read by the loop now and then.
+    unknown size, -, -, sequence)``, and a ring of rows, one a step: the sum as of the step's
+    fetch with the end of its graph work (``tf.timestamp``, the wall clock's seconds: a float64
+    holds them to a quarter of a microsecond) and its graph's start, read by the loop now and
+    then.
 
     Args:
         tf: the ``tensorflow`` module.
@@ -118,17 +122,23 @@ class GraphClock:
             with tf.control_dependencies(tensors(element)):
                 t1 = tf.timestamp()
             n = images(element)
-            one, zero = tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
-            row = [one, t1 - t0, zero, one] if n is None else [one, t1 - t0, n, zero]
-            row += [zero, zero, zero]  # the end, start and sequence columns: not summed here
-            # read_value=False: no read op after it (the loop reads the ring, not the sum)
-            self.sums.assign_add(tf.stack(row), read_value=False)
+            one = tf.constant(1.0, tf.float64)
+            # (1, waited, images or 1 unknown, 1 sequence): the end and start columns are the
+            # ring's, not summed; each fetch moves the sequence on, so the step's end need not
+            # (few ops: each costs the executor a few microseconds of a core the step wants)
+            cols, add = ([0, 1, 3, 6], [one, t1 - t0, one, one]) if n is None \
+                else ([0, 1, 2, 6], [one, t1 - t0, n, one])
+            added = tf.raw_ops.ResourceScatterAdd(resource=self.sums.handle,
+                                                  indices=tf.constant(cols),
+                                                  updates=tf.stack(add))
+        # the step's end (``ended``) takes the sums as of this fetch, not as of its end
+        graph._stepscope_fetched = added
         return element
 
     def ended(self, outputs: Any) -> None:
         """A step's graph work is done once ``outputs`` (its results, as traced) and every
-        stateful op traced before them have run: clock it there, as the latest end, and copy
-        the sum as of then into the ring's next row. Nothing outside a graph."""
+        stateful op traced before them have run: clock it there and write the ring's next row,
+        the sums as of the step's fetch with that end. Nothing outside a graph."""
         tf = self.tf
         if not tf.inside_function():
             return
@@ -140,25 +150,28 @@ class GraphClock:
         graph = tf.compat.v1.get_default_graph()
         deps += [op for op in graph.get_operations() if getattr(op, "_is_stateful", False)]
         start = getattr(graph, "_stepscope_start", None)
+        fetched = getattr(graph, "_stepscope_fetched", None)
         handle = self.sums.handle
         with tf.device("/CPU:0"):
-            # few ops: each costs the executor a few microseconds on this host
+            # The sums (and the row's number) are read as soon as this graph's fetch is clocked,
+            # beside the step's work, so that three ops wait for the work to end: the end's
+            # clock, the row and its write (see the module's docstring for what each costs). A
+            # graph with no fetch of its own (the body of ``steps_per_execution``'s loop, whose
+            # fetches are in a branch) numbers its row and reads the sums after the work, so
+            # they count every fetch made by then.
+            if fetched is None:
+                with tf.control_dependencies(deps):
+                    fetched = tf.raw_ops.ResourceScatterAdd(
+                        resource=handle, indices=tf.constant(6),
+                        updates=tf.constant(1.0, tf.float64))
+            with tf.control_dependencies([fetched]):
+                sums = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float64)
+                at = tf.cast(sums[6], tf.int64) % RING_ROWS
             with tf.control_dependencies(deps):
-                if start is None:  # no fetch clocked in this graph (steps_per_execution's loop)
-                    mark = tf.raw_ops.ResourceScatterMax(resource=handle, indices=tf.constant(4),
-                                                         updates=tf.timestamp())
-                else:  # with the graph's start, clocked by its first fetch's clock
-                    mark = tf.raw_ops.ResourceScatterMax(resource=handle,
-                                                         indices=tf.constant([4, 5]),
-                                                         updates=tf.stack([tf.timestamp(), start]))
-            with tf.control_dependencies([mark]):
-                count = tf.raw_ops.ResourceScatterAdd(resource=handle, indices=tf.constant(6),
-                                                      updates=tf.constant(1.0, tf.float64))
-            with tf.control_dependencies([count]):
-                row = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float64)
-                at = tf.cast(row[6], tf.int64) % RING_ROWS
-                tf.raw_ops.ResourceScatterUpdate(resource=self.ring.handle, indices=at,
-                                                 updates=row)
+                end = tf.timestamp()
+            at_end = tf.stack([end, tf.constant(0.0, tf.float64) if start is None else start])
+            row = tf.tensor_scatter_nd_update(sums, tf.constant([[4], [5]]), at_end)
+            tf.raw_ops.ResourceScatterUpdate(resource=self.ring.handle, indices=at, updates=row)
 
     def poll(self, pending: int | None = None) -> None:
         """Read the ring (one eager op), keeping the rows not read before. With ``pending``
