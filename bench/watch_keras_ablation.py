@@ -31,8 +31,10 @@ epoch and for its fast epochs' median. Last, every arm's fast epochs (those at o
 per-round ones lose a round whenever one of its runs was slowed whole. ``--cpus 1`` confines
 every run, and watch's parent, to one core: TensorFlow then runs one intra-op thread, so only
 that core's slow phases hit a run, and the parent's sampling competes with the training for it
-(the cost a job pays when it has no core to spare). The last line is one JSON object, with
-every arm's epochs (img/s) for a second look.
+(the cost a job pays when it has no core to spare). Each arm's median step over its fast
+epochs is split into its graph calls (the script times ``Context.call_function``; the graph
+clocks' ops are in there) and the rest (the Keras loop's Python, watch's hooks). The last line is
+one JSON object, with every arm's epochs (img/s) for a second look.
 """
 
 from __future__ import annotations
@@ -106,17 +108,21 @@ def _median_interval(xs: list[float]) -> tuple[float, float]:
     return (s[k - 1], s[n - k]) if k > 0 else (s[0], s[-1])
 
 
-# An epoch under this share of its round's fastest ran in one of the host's slowed phases.
+# An epoch under this share of its round's fastest ran in one of the slowed phases below.
 SLOW_PHASE = 0.75
 
 
 def _fast_medians(epochs: dict[str, list[float]]) -> dict[str, float | None]:
     """Each arm's median epoch among its round's fast ones (None: every epoch slowed).
 
-    This host has phases, seconds to a minute long, in which one core runs at half speed (a
-    pure Python loop shows them too): an epoch caught in one reads ~0.5 of the others, and a
-    run may be caught whole. Watching costs a few per cent at most, far from half, so an epoch
-    under ``SLOW_PHASE`` of the round's fastest is the host's, in any arm, and is left out."""
+    Runs here have phases, seconds to a minute long, at about half speed, bare and watched
+    alike: an epoch caught in one reads ~0.5 of the others, and a run may be caught whole. On
+    the tf.data CNN the time is lost outside the graph calls, on the Keras loop's Python side
+    (2026-12-04: a step's graph calls 3.7-4.1 ms in fast and slowed epochs alike, the rest
+    0.63-0.77 ms in fast ones and 4.2-4.5 ms in slowed ones); a pure Python loop pinned to one
+    core shows half-speed phases too; the cause is not found. Watching costs a few per cent,
+    far from half, so an epoch under ``SLOW_PHASE`` of the round's fastest is not watching's,
+    in any arm, and is left out."""
     top = max(max(v) for v in epochs.values())
     return {a: statistics.median(fast) if (fast := [e for e in v if e >= SLOW_PHASE * top])
             else None for a, v in epochs.items()}
@@ -179,6 +185,21 @@ def _pooled_fast(name: str, arm: list[list[float]], bare: list[list[float]]) -> 
             f"{key}, epochs": [len(a), len(b)]}
 
 
+def _step_split(runs: list[dict[str, Any]], top: float,
+                slowed: bool = False) -> tuple[float, float] | None:
+    """Median µs a step in the graph calls and outside them (the Keras loop's Python, watch's
+    hooks), over the runs' fast epochs (``slowed``: the others); None where there are none or
+    the script did not time them (not TensorFlow)."""
+    graph, outside = [], []
+    for o in runs:
+        for e, step, g in zip(o["epochs_img_s"], o.get("epochs_step_us", []),
+                              o.get("epochs_graph_us", []), strict=False):
+            if (e < SLOW_PHASE * top) == slowed:
+                graph.append(g)
+                outside.append(step - g)
+    return (statistics.median(graph), statistics.median(outside)) if graph else None
+
+
 def _img_s(x: float | None) -> str:
     return "slowed" if x is None else f"{x:.0f}"
 
@@ -214,7 +235,6 @@ def main() -> None:
         script = work / "keras_small.py"
         script.write_text(bench.SCRIPT)
         arms = ["bare", "", *args.arms]
-        rates: dict[str, list[float]] = {a: [] for a in arms}
         fast: dict[str, list[float | None]] = {a: [] for a in arms}
         runs: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
         for r in range(args.rounds):
@@ -226,15 +246,16 @@ def main() -> None:
                 out = bench._run(script, work, r * 100 + arms.index(a), watched,
                                  args.steps, 1.0, args.input, epochs=args.epochs)
                 os.environ.pop("ABL", None)
-                rates[a].append(out["images_per_s"])
                 runs[a].append(out)
                 epochs[a] = out["epochs_img_s"]
             for a, m in _fast_medians(epochs).items():
                 fast[a].append(m)
             print(f"round {r}: " + ", ".join(
-                f"{a or 'watch'} {rates[a][-1]:.0f} ({_img_s(fast[a][-1])})" for a in arms)
+                f"{a or 'watch'} {runs[a][-1]['images_per_s']:.0f} ({_img_s(fast[a][-1])})" for a in arms)
                 + f" img/s, best epoch (fast epochs' median); load {os.getloadavg()[0]:.1f}",
                 file=sys.stderr, flush=True)
+    # each run's best epoch, img/s
+    rates = {a: [float(o["images_per_s"]) for o in runs[a]] for a in arms}
     result: dict[str, object] = {"figure": "watch_keras_ablation", "input": args.input,
                                  "runs": args.rounds, "epochs": args.epochs,
                                  "cpus": args.cpus,
@@ -270,6 +291,21 @@ def main() -> None:
         name = {"": "watch", "control": "control"}.get(a, f"without {a}")
         result.update(_pooled_fast(name, fast_by_round[a],
                                    fast_by_round["bare"] if a == "control" else base))
+    # Where a fast epoch's step goes: in the graph calls (the clocks' ops are there) or outside
+    split = {a: _step_split(runs[a], top) for a in arms}
+    if (base_split := split["bare"]) is not None:
+        for a in arms:
+            if (sp := split[a]) is not None:
+                print(f"{a or 'watch'}: a fast epoch's step {sp[0]:.0f} us in the graph calls "
+                      f"({sp[0] - base_split[0]:+.0f} against bare), {sp[1]:.0f} us outside "
+                      f"({sp[1] - base_split[1]:+.0f})")
+        if (slow := _step_split([o for a in arms for o in runs[a]], top, slowed=True)):
+            # where a slowed epoch loses its time: in the graph calls or outside them
+            print(f"slowed epochs, every arm: a step {slow[0]:.0f} us in the graph calls, "
+                  f"{slow[1]:.0f} us outside")
+            result["slowed step_us_graph_outside"] = [round(x) for x in slow]
+        result["step_us_graph_outside"] = {a or "watch": [round(x) for x in sp]
+                                           for a, sp in split.items() if sp is not None}
     result["epochs_img_s"] = {a or "watch": [[round(e) for e in o["epochs_img_s"]]
                                              for o in runs[a]] for a in arms}
     print(json.dumps(result))

@@ -43,6 +43,22 @@ import keras
 import numpy as np
 
 out, steps, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+graph = [0.0]  # the loop's seconds in TensorFlow's graph calls (watch's call timer inside them)
+if sys.argv[4] == "tensorflow":
+    import threading
+    from tensorflow.python.eager import context
+
+    inner, loop = context.Context.call_function, threading.get_ident()
+
+    def call_function(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            if threading.get_ident() == loop:
+                graph[0] += time.perf_counter() - t0
+
+    context.Context.call_function = call_function
 epochs = int(sys.argv[5]) if len(sys.argv) > 5 else 4
 rng = np.random.default_rng(0)
 x_all = rng.normal(size=(steps * 32, 32, 32, 3)).astype("float32")
@@ -65,15 +81,17 @@ class Batches(keras.utils.PyDataset):
 class EpochClock(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
-        self.rates, self.cpu = [], []
+        self.rates, self.cpu, self.graph_us, self.step_us = [], [], [], []
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.t0, self.c0 = time.perf_counter(), time.process_time()
+        self.t0, self.c0, self.g0 = time.perf_counter(), time.process_time(), graph[0]
 
     def on_test_begin(self, logs=None):  # the training part of the epoch ends here
         if self.t0 is not None:
             n = steps * 32
             self.rates.append(n / (time.perf_counter() - self.t0))
+            self.step_us.append((time.perf_counter() - self.t0) / steps * 1e6)
+            self.graph_us.append((graph[0] - self.g0) / steps * 1e6)
             self.cpu.append((time.process_time() - self.c0) / n)
             self.t0 = None
 
@@ -99,7 +117,8 @@ with open(out, "w") as f:
     # The best epoch after the first: other load on a shared machine only ever slows an epoch
     # down, while watching's own costs hit every epoch alike.
     json.dump({"images_per_s": max(clock.rates[1:]), "cpu_s_per_image": min(clock.cpu[1:]),
-               "epochs_img_s": clock.rates[1:]}, f)
+               "epochs_img_s": clock.rates[1:], "epochs_step_us": clock.step_us[1:],
+               "epochs_graph_us": clock.graph_us[1:]}, f)
 '''
 
 
@@ -107,7 +126,8 @@ def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interv
          kind: str = "pydataset", backend: str = "tensorflow",
          epochs: int = 4) -> dict[str, Any]:
     """One run's best epoch after the first (``images_per_s``, ``cpu_s_per_image``) and every
-    epoch after the first (``epochs_img_s``)."""
+    epoch after the first (``epochs_img_s``; on TensorFlow also ``epochs_step_us`` and
+    ``epochs_graph_us``, each step's wall time and its graph calls', per step)."""
     out = work / f"result-{index}-{int(watched)}.json"
     cmd = [sys.executable, str(script), str(out), str(steps), kind, backend, str(epochs)]
     if watched:
