@@ -121,14 +121,17 @@ UNCLOCKED_NOTE = ("its data wait was not measured (watch: no step of the Keras t
                   "make_function), so waiting for data reads as compute")
 
 
-def _mark_unclocked(phases: list[PhaseRow], facts: dict[str, Fact]) -> None:
-    """Training phases whose TensorFlow steps had no step-end clock: their fetches were never
-    read, so a compute-bound verdict there rests on a data wait that was not measured."""
+def _mark_unclocked(summary: Summary, facts: dict[str, Fact]) -> None:
+    """Training phases (and train over all epochs) whose TensorFlow steps had no step-end
+    clock: their fetches were never read, so a compute-bound verdict there rests on a data
+    wait that was not measured."""
     if not _fact(facts, "loop.keras_wait_unclocked"):
         return
-    for p in phases:
-        if p["phase"] == "train" and p["steps"]:
-            p["verdict_weak"], p["verdict_note"] = True, UNCLOCKED_NOTE
+    rows: list[PhaseRow | PhaseAgg] = [p for p in summary["phases"] if p["steps"]]
+    rows += summary["by_phase"].values()
+    for row in rows:
+        if row["phase"] == "train":
+            row["verdict_weak"], row["verdict_note"] = True, UNCLOCKED_NOTE
 
 
 def _run_section(run: RunInfo, cache: SampleCache) -> RunHeader:
@@ -360,7 +363,6 @@ def build_summary(reader: RunReader) -> Summary:
                        stage_causes=framework_of({"loader": _loader_section(facts)}) != KERAS)
     phases, totals = _summarize_phases(reader, ctx, run.rank)
     _mark_cached_phases(phases, facts)
-    _mark_unclocked(phases, facts)
     for p in phases:  # ImageDataGenerator stages (Keras under watch)
         f = facts.get(f"keras_stages.phase.{p['phase_id']}")
         p["loader_stages"] = stage_fields(f.value if f else None, p.get("seconds"))
@@ -395,8 +397,7 @@ def build_summary(reader: RunReader) -> Summary:
     }
     for agg in summary["by_phase"].values():
         agg["run_kind"] = run.kind  # the fix speaks the loop's vocabulary (trainer flags, API)
-        if agg["phase"] == "train" and _fact(facts, "loop.keras_wait_unclocked"):
-            agg["verdict_weak"], agg["verdict_note"] = True, UNCLOCKED_NOTE
+    _mark_unclocked(summary, facts)
     summary["findings"] = build_findings(summary)
     return summary
 
