@@ -19,9 +19,9 @@ threads. Made once a step it was half of what watching cost an 8 ms step (docs/p
 The end of each step's graph work is clocked too (``GraphClock.ended``, traced after the step's
 outputs): what a graph call takes after it is the call's return, and as it returns the loop's
 thread must take the GIL back, which loading threads that run Python may hold for a
-switch interval (5 ms) or more. The end is kept in the same variable, as the latest one, with
-the start of the graph that clocked it: the first fetch's first clock op has no inputs, so it
-runs as the graph starts. The call's time before that start (its dispatch) and after the end
+switch interval (5 ms) or more. The end is kept in the step's row of the ring, with the start
+of the graph that clocked it: the first fetch's first clock op has no inputs, so it runs as the
+graph starts. The call's time before that start (its dispatch) and after the end
 (its return) is paid once per call, which ``steps_per_execution`` divides.
 
 The clock's ops run on the graph's threads, each costing the executor a few microseconds of a
@@ -156,9 +156,9 @@ class GraphClock:
             # The sums (and the row's number) are read as soon as this graph's fetch is clocked,
             # beside the step's work, so that three ops wait for the work to end: the end's
             # clock, the row and its write (see the module's docstring for what each costs). A
-            # graph with no fetch of its own (the body of ``steps_per_execution``'s loop, whose
-            # fetches are in a branch) numbers its row and reads the sums after the work, so
-            # they count every fetch made by then.
+            # graph with no fetch of its own (under ``steps_per_execution`` the branch that runs
+            # a step; the fetches are in another) numbers its row and reads the sums after the
+            # work, so they count every fetch made by then.
             if fetched is None:
                 with tf.control_dependencies(deps):
                     fetched = tf.raw_ops.ResourceScatterAdd(
