@@ -118,8 +118,9 @@ def _fast_medians(epochs: dict[str, list[float]]) -> dict[str, float | None]:
     Runs here have phases, seconds to a minute long, at about half speed, bare and watched
     alike: an epoch caught in one reads ~0.5 of the others, and a run may be caught whole. On
     the tf.data CNN the time is lost outside the graph calls, on the Keras loop's Python side
-    (2026-12-04: a step's graph calls 3.7-4.1 ms in fast and slowed epochs alike, the rest
-    0.63-0.77 ms in fast ones and 4.2-4.5 ms in slowed ones); a pure Python loop pinned to one
+    (2026-12-04, 20 slowed epochs of 80: a step's graph calls 3.6-4.2 ms in fast and slowed
+    epochs alike, the rest 0.63-0.78 ms in fast ones and 3.9-4.8 ms in slowed ones; the split
+    below prints it for every run); a pure Python loop pinned to one
     core shows half-speed phases too; the cause is not found. Watching costs a few per cent,
     far from half, so an epoch under ``SLOW_PHASE`` of the round's fastest is not watching's,
     in any arm, and is left out."""

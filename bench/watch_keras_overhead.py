@@ -10,7 +10,9 @@ start-up, imports and tracing are not counted: only what watching adds while tra
 the watch callback, the graph clock (ops traced around each fetch and after each step's
 work, copied into a ring the loop reads every 0.1 s), the timed graph calls, the parent's samplers; on JAX the timed
 ``next()`` and the one step kept in flight (the loop waits for step k-1 after dispatching k). It also reports the training
-process's CPU time per image, watched / bare. On a quiet machine the pairs agree within a few
+process's CPU time per image, watched / bare, and on TensorFlow each epoch's time a step in the
+graph calls (the script wraps ``Context.call_function`` itself, in both runs alike: watch's own timer of that kind measured 2-10 us a call)
+and the step's wall time. On a quiet machine the pairs agree within a few
 per cent; on a loaded one a pair swings by ±20 %, and ``watch_keras_step_cost.py`` measures the
 cost directly.
 
