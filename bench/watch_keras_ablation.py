@@ -112,6 +112,11 @@ def _median_interval(xs: list[float]) -> tuple[float, float]:
 SLOW_PHASE = 0.75
 
 
+def _fast(img_s: float, top: float) -> bool:
+    """An epoch at or over ``SLOW_PHASE`` of ``top`` (the round's or the bench's fastest)."""
+    return img_s >= SLOW_PHASE * top
+
+
 def _fast_medians(epochs: dict[str, list[float]]) -> dict[str, float | None]:
     """Each arm's median epoch among its round's fast ones (None: every epoch slowed).
 
@@ -125,7 +130,7 @@ def _fast_medians(epochs: dict[str, list[float]]) -> dict[str, float | None]:
     far from half, so an epoch under ``SLOW_PHASE`` of the round's fastest is not watching's,
     in any arm, and is left out."""
     top = max(max(v) for v in epochs.values())
-    return {a: statistics.median(fast) if (fast := [e for e in v if e >= SLOW_PHASE * top])
+    return {a: statistics.median(fast) if (fast := [e for e in v if _fast(e, top)])
             else None for a, v in epochs.items()}
 
 
@@ -159,7 +164,7 @@ def _against_bare(key: str, how: str, xs: list[float | None], bare: list[float |
 
 def _fast_epochs(runs: list[dict[str, Any]], top: float) -> list[float]:
     """A run's epochs (img/s) at or over ``SLOW_PHASE`` of ``top``, the fastest of the bench."""
-    return [e for o in runs for e in o["epochs_img_s"] if e >= SLOW_PHASE * top]
+    return [e for o in runs for e in o["epochs_img_s"] if _fast(e, top)]
 
 
 def _pooled_fast(name: str, arm: list[list[float]], bare: list[list[float]]) -> dict[str, object]:
@@ -195,7 +200,7 @@ def _step_split(runs: list[dict[str, Any]], top: float,
     for o in runs:
         for e, step, g in zip(o["epochs_img_s"], o.get("epochs_step_us", []),
                               o.get("epochs_graph_us", []), strict=False):
-            if (e < SLOW_PHASE * top) == slowed:
+            if _fast(e, top) != slowed:
                 graph.append(g)
                 outside.append(step - g)
     return (statistics.median(graph), statistics.median(outside)) if graph else None
