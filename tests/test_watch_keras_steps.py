@@ -496,7 +496,7 @@ assert n == 2 and images == 8 and waited >= 0.04, (n, waited, images)
 assert t0 <= end <= t1 and start < t0, (t0, start, end, t1)
 it = iter(pipeline().prefetch(4))  # a full buffer: the fetch costs only itself
 step(it)
-time.sleep(0.3)
+time.sleep(kclock.POLL_S + 0.05)
 t0 = time.time()
 step(it)
 t1 = time.time()

@@ -48,8 +48,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-RING_ROWS = 1024  # step ends kept for the loop's read: POLL_S of steps >= 0.1 ms each
-POLL_S = 0.1  # the loop reads the ring at most this often, unless a quarter of it is unread
+RING_ROWS = 1024  # step ends kept for the loop's read: POLL_S of steps >= 0.5 ms each
+POLL_S = 0.5  # the loop reads the ring at most this often, unless a quarter of it is unread
 COLS = 7  # fetches, seconds waited, images, fetches of unknown size, end, start, sequence
 
 
