@@ -18,7 +18,7 @@ A patch whose anchor text is gone (the code moved on) stops the bench with the a
 
 Usage:
     .venv/bin/python bench/watch_keras_ablation.py [--rounds 6] [--input pydataset|tfdata]
-        [--arms control end end,fetch,calls keras pool,gil] [--epochs 4] [--cpus 1]
+        [--arms control end end,fetch,calls keras pool,gil] [--epochs 4] [--cpus 1] [--image-px 64]
 
 The bare arm's throughput is printed each round: on a host whose bare runs swing by more than a
 few per cent, a single round says nothing. With ``control`` among the arms, each arm is also
@@ -222,6 +222,9 @@ def main() -> None:
     parser.add_argument("--cpus", type=str, default=None,
                         help="run every arm on these cores only, e.g. '1' (the watching parent "
                              "then shares the training's cores)")
+    parser.add_argument("--image-px", type=int, default=32,
+                        help="the CNN's image side: 64 makes each step ~4x the compute (the "
+                             "per-step costs of watching then weigh a quarter as much)")
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch traces and is not compared")
@@ -250,7 +253,8 @@ def main() -> None:
                 if watched:
                     os.environ["ABL"] = a
                 out = bench._run(script, work, r * 100 + arms.index(a), watched,
-                                 args.steps, 1.0, args.input, epochs=args.epochs)
+                                 args.steps, 1.0, args.input, epochs=args.epochs,
+                                 px=args.image_px)
                 os.environ.pop("ABL", None)
                 runs[a].append(out)
                 epochs[a] = out["epochs_img_s"]
@@ -264,7 +268,7 @@ def main() -> None:
     rates = {a: [float(o["images_per_s"]) for o in runs[a]] for a in arms}
     result: dict[str, object] = {"figure": "watch_keras_ablation", "input": args.input,
                                  "runs": args.rounds, "epochs": args.epochs,
-                                 "cpus": args.cpus,
+                                 "cpus": args.cpus, "image_px": args.image_px,
                                  "bare_img_s": [round(x) for x in rates["bare"]]}
     for a in arms[1:]:
         ratios = [x / b for x, b in zip(rates[a], rates["bare"], strict=True)]

@@ -62,8 +62,9 @@ if sys.argv[4] == "tensorflow":
 
     context.Context.call_function = call_function
 epochs = int(sys.argv[5]) if len(sys.argv) > 5 else 4
+px = int(sys.argv[6]) if len(sys.argv) > 6 else 32  # image side: the step's compute grows as px**2
 rng = np.random.default_rng(0)
-x_all = rng.normal(size=(steps * 32, 32, 32, 3)).astype("float32")
+x_all = rng.normal(size=(steps * 32, px, px, 3)).astype("float32")
 y_all = rng.integers(0, 10, size=(steps * 32,))
 
 
@@ -107,7 +108,7 @@ def batches(n):
 
 
 model = keras.Sequential([
-    keras.Input(shape=(32, 32, 3)),
+    keras.Input(shape=(px, px, 3)),
     keras.layers.Conv2D(16, 3, padding="same", activation="relu"), keras.layers.MaxPooling2D(),
     keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
     keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, activation="softmax")])
@@ -126,12 +127,12 @@ with open(out, "w") as f:
 
 def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float,
          kind: str = "pydataset", backend: str = "tensorflow",
-         epochs: int = 4) -> dict[str, Any]:
+         epochs: int = 4, px: int = 32) -> dict[str, Any]:
     """One run's best epoch after the first (``images_per_s``, ``cpu_s_per_image``) and every
     epoch after the first (``epochs_img_s``; on TensorFlow also ``epochs_step_us`` and
     ``epochs_graph_us``, each step's wall time and its graph calls', per step)."""
     out = work / f"result-{index}-{int(watched)}.json"
-    cmd = [sys.executable, str(script), str(out), str(steps), kind, backend, str(epochs)]
+    cmd = [sys.executable, str(script), str(out), str(steps), kind, backend, str(epochs), str(px)]
     if watched:
         result = watch(cmd, work / f"run-{index}", interval_s=interval_s)
         if result.exit_code != 0:
