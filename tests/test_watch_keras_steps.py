@@ -86,12 +86,12 @@ class _Ring:
     fetch and one per step's end, in order; counts the loop's reads."""
 
     def __init__(self) -> None:
-        self.events: list[list[float]] = []
+        self.events: list[tuple[list[float], float]] = []
         self.reads = 0
 
     def fetched(self, waited: float, images: int) -> None:
         t0 = time.time()
-        self.events.append([t0, t0 + waited, float(images), kclock.FETCH])
+        self.events.append(([t0, float(images), kclock.FETCH], t0 + waited))
 
     def ended(self, fetches: int, waited: float, images: int, unknown: int = 0,
               start: float | None = None) -> float:
@@ -102,13 +102,13 @@ class _Ring:
                          -1 if k < unknown else (images if k == unknown else 0))
         time.sleep(0.001)  # the graph's work: its end is after the step's mark
         end = time.time()
-        self.events.append([end, end if start is None else start, 0.0, kclock.END])
+        self.events.append(([end if start is None else start, 0.0, kclock.END], end))
         time.sleep(0.001)  # the call's return
         return end
 
-    def read(self) -> np.ndarray:
+    def read(self) -> list[tuple[list[float], float]]:
         self.reads += 1
-        got, self.events = np.array(self.events).reshape(-1, 4), []
+        got, self.events = self.events, []
         return got
 
 

@@ -6,34 +6,35 @@ Keras (3 on TensorFlow, and tf-keras) fetches each batch inside its compiled tra
 of the graph, and the graph blocks on it until the input pipeline has a batch. So the wait is
 clocked there, the consumer's side, whatever the pipeline is (a Python generator, ``tf.data``
 maps, a prefetch buffer): each fetch traced into a graph gets a clock op before it and one after
-the batch's tensors, and adds (1, the difference, the batch's size, 1) to a running sum held in
-one small variable (``GraphClock``): the last column numbers the fetches. As each step's graph
-work ends (below) the graph writes the sum as of its fetch, with that end, into a row of a ring,
-a second variable. The loop reads the ring every ``POLL_S``, not every step, and a step's
-fetches are the difference between the rows as of its start and its end (marks on the same
-clock): a step's figures wait for the next read, or the phase's end.
-That read is an eager op whose cost is TensorFlow's runtime, not the copy: ~100 us of the
-loop's time right after a call, and several hundred microseconds of CPU over TensorFlow's
-threads. Made once a step it was half of what watching cost an 8 ms step (docs/performance.md).
+the batch's tensors, and puts (the two clocks, the batch's size) in a queue (``GraphClock``). As
+each step's graph work ends (below) the graph puts that end in the queue too. The loop reads
+the queue every ``POLL_S``, not every step, and turns its events into a row a step: the running
+sums of the fetches made by the step's end, with that end. A step's fetches are the difference
+between the rows as of its start and its end (marks on the same clock): a step's figures wait
+for the next read, or the phase's end.
+That read is eager ops whose cost is TensorFlow's runtime, not the copy: ~100 us of the loop's
+time right after a call, and several hundred microseconds of CPU over TensorFlow's threads.
+Made once a step it was half of what watching cost an 8 ms step (docs/performance.md).
 
 The end of each step's graph work is clocked too (``GraphClock.ended``, traced after the step's
 outputs): what a graph call takes after it is the call's return, and as it returns the loop's
 thread must take the GIL back, which loading threads that run Python may hold for a
-switch interval (5 ms) or more. The end is kept in the step's row of the ring, with the start
-of the graph that clocked it: the first fetch's first clock op has no inputs, so it runs as the
-graph starts. The call's time before that start (its dispatch) and after the end
-(its return) is paid once per call, which ``steps_per_execution`` divides.
+switch interval (5 ms) or more. The end is kept in the step's row, with the start of the graph
+that clocked it: the first fetch's first clock op has no inputs, so it runs as the graph
+starts. The call's time before that start (its dispatch) and after the end (its return) is
+paid once per call, which ``steps_per_execution`` divides.
 
 The clock's ops run on the graph's threads, each costing the executor a few microseconds of a
-core the step's own work wants (2 busy cores here): few ops, and few after the work, where each
-delays the call's return. The sum is read for the ring as soon as the step's fetch is clocked,
-beside the step's work, so three ops wait for the work to end (the end's clock, the row, its
-write); the chain of nine this replaced cost each call of the bench CNN's 4.4 ms step ~60 us
-more (bench/watch_keras_clock_ab.py --interleave step: fetch and end clocks +124 us a call,
-now +59 to +71; docs/performance.md). The pipeline is untouched. (A ring of per-fetch rows, read
-every step, cost ~100 us more in ops and its read ~150 us in Python; the mark this replaced,
-appended to the pipeline, ran on the pipeline's thread and cost the bench CNN ~5 % of its
-throughput on 2 cores: docs/performance.md.)
+core the step's own work wants (2 busy cores here), and those after the work delay the call's
+return: so a fetch adds four ops (two clocks, the event, its enqueue) and an end three, and
+every sum is Python's, at the read. Until ``cb57b74`` the graph kept the sums in a variable
+and copied them into a ring's row each step, 16 ops a step where these are 7 (CPU a call
++93 to +116 us against +53 and +74 now, bench/watch_keras_clock_ab.py --interleave step;
+docs/performance.md). The queue has no bound, so an enqueue never blocks the graph; a thread
+of the clock's reads it when the loop has not for ``IDLE_READ_S`` (a custom loop over
+clocked fetches never asks), keeping ``MAX_ROWS``. The pipeline is untouched. (The mark this
+replaced, appended to the pipeline, ran on the pipeline's thread and cost the bench CNN ~5 %
+of its throughput on 2 cores: docs/performance.md.)
 
 A fetch run eagerly (``run_eagerly=True``) is timed in Python instead, on the loop's thread.
 
@@ -56,9 +57,9 @@ FETCH, END = 0.0, 1.0  # an event's kind, its last field
 
 
 class GraphClock:
-    """Events the graph puts in a queue, ``(a, b, c, kind)``: each clocked fetch
-    ``(t0, t1, images or -1, FETCH)`` and each step's end ``(end, its graph's start or 0, 0,
-    END)`` (``tf.timestamp``, the wall clock's seconds: a float64 holds them to a quarter of a
+    """Events the graph puts in a queue, ``((a, b, kind), t)``: each clocked fetch
+    ``((t0, images or -1, FETCH), t1)`` and each step's end ``((its graph's start or 0, 0, END),
+    end)`` (``tf.timestamp``, the wall clock's seconds: a float64 holds them to a quarter of a
     microsecond). Read now and then, they become a row a step: the running sums of the fetches
     made by the step's end ``(fetches, seconds waited, images, fetches of unknown size)`` with
     that end and start.
@@ -72,7 +73,7 @@ class GraphClock:
         self.tf = tf
         self.on_eager = on_eager
         self.queue: Any = None
-        self.read: Callable[[], Any] = self._dequeue  # the events enqueued since, (n, 4)
+        self.read: Callable[[], Any] = self._dequeue  # the events enqueued since
         self.lock = threading.Lock()  # the reads and the rows: the loop's and the idle reader's
         self.sums = [0.0] * 4
         # The rows read so far, oldest first (their ends, for bisect), the last one forgotten,
@@ -93,8 +94,8 @@ class GraphClock:
             if self.queue is not None:
                 return
             with tf.init_scope(), tf.device("/CPU:0"):  # eager, even while tracing
-                self.queue = tf.queue.FIFOQueue(-1, [tf.float64], shapes=[[4]],
-                                                name="stepscope_fetch_clock")
+                self.queue = tf.queue.FIFOQueue(-1, [tf.float64, tf.float64],
+                                                shapes=[[], [3]], name="stepscope_fetch_clock")
             threading.Thread(target=self._read_when_idle, name="stepscope-graph-clock",
                              daemon=True).start()
 
@@ -107,7 +108,8 @@ class GraphClock:
         n = int(ops.queue_size_v2(ref))
         if not n:
             return ()
-        return ops.queue_dequeue_many_v2(ref, n, component_types=[f64])[0]._numpy()
+        last, first = ops.queue_dequeue_many_v2(ref, n, component_types=[f64, f64])
+        return list(zip(first._numpy().tolist(), last._numpy().tolist(), strict=True))
 
     def _read_when_idle(self) -> None:
         while True:
@@ -135,10 +137,12 @@ class GraphClock:
             with tf.control_dependencies(tensors(element)):
                 t1 = tf.timestamp()
             n = images(element)
-            # two ops beside the step's work: the clocks' sum and the row are Python's, at the
-            # read (a sum kept in a variable and a ring's row took ~4 times as many ops)
-            self.queue.enqueue(tf.stack([t0, t1, tf.constant(-1.0, tf.float64) if n is None
-                                         else n, tf.constant(FETCH, tf.float64)]))
+            # the event in two parts, so that only the enqueue waits for ``t1``: the first
+            # (t0, the size, the kind) is packed while the fetch waits. The sums and the rows
+            # are Python's, at the read: kept in a variable and a ring they took 16 ops a step.
+            first = tf.stack([t0, tf.constant(-1.0, tf.float64) if n is None else n,
+                              tf.constant(FETCH, tf.float64)])
+            self.queue.enqueue([t1, first])
         return element
 
     def ended(self, outputs: Any) -> None:
@@ -158,11 +162,13 @@ class GraphClock:
         start = getattr(graph, "_stepscope_start", None)
         zero = tf.constant(0.0, tf.float64)
         with tf.device("/CPU:0"):
-            # three ops wait for the work to end: the end's clock, its event, the enqueue
+            # two ops wait for the work to end, the end's clock and the enqueue: the rest of
+            # the event (the start, the kind) is packed beside the work
+            first = tf.stack([zero if start is None else start, zero,
+                              tf.constant(END, tf.float64)])
             with tf.control_dependencies(deps):
                 end = tf.timestamp()
-            self.queue.enqueue(tf.stack([end, zero if start is None else start, zero,
-                                         tf.constant(END, tf.float64)]))
+            self.queue.enqueue([end, first])
 
     def poll(self, pending: int | None = None) -> None:
         """Read the queue (two eager ops) and make its events rows. With ``pending`` (rows the
@@ -182,14 +188,14 @@ class GraphClock:
 
     def _take(self, events: Any) -> None:
         sums = self.sums
-        for a, b, c, kind in (events.tolist() if len(events) else ()):
-            if kind == FETCH:  # (t0, t1, images or -1)
+        for (a, b, kind), t in events:
+            if kind == FETCH:  # t0, the images or -1; t: t1
                 sums[0] += 1
-                sums[1] += b - a
-                sums[2 if c >= 0 else 3] += c if c >= 0 else 1
-            else:  # (end, start)
-                self.rows.append([*sums, a, b])
-                self.ends.append(a)
+                sums[1] += t - a
+                sums[2 if b >= 0 else 3] += b if b >= 0 else 1
+            else:  # the graph's start or 0; t: the end of its work
+                self.rows.append([*sums, t, a])
+                self.ends.append(t)
                 self.seen += 1
         if len(self.rows) > MAX_ROWS:  # nobody asks: keep the newest, and their sums
             drop = len(self.rows) - MAX_ROWS
