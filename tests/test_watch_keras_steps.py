@@ -52,7 +52,7 @@ class _FetchClock:
         self.rows: list[tuple[int, float, int]] = []
         self.end = 0.0  # the latest end of a step's graph work
         self.start = 0.0  # ... and the start of its graph
-        self.seen = 1  # steps' ends were clocked and read
+        self.seen = 1.0  # the ring's latest row: steps' ends were clocked
 
     def poll(self, pending: int | None = None) -> None:
         pass
@@ -82,46 +82,41 @@ def test_tensorflow_wait_is_the_fetch_clocked_in_the_graph() -> None:
 
 
 class _Ring:
-    """The graph clock's queue as ``GraphClock.clocked`` and ``ended`` fill it: an event per
-    fetch and one per step's end, in order; counts the loop's reads."""
+    """The graph clock's ring as ``GraphClock.ended`` writes it: a row of the running sums
+    per step's end, at ``seq % RING_ROWS``; counts the loop's reads."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[list[float], float]] = []
+        self.rows = np.zeros((kclock.RING_ROWS, kclock.COLS))
+        self.sums = [0.0] * kclock.COLS
         self.reads = 0
-
-    def fetched(self, waited: float, images: int) -> None:
-        t0 = time.time()
-        self.events.append(([t0, float(images), kclock.FETCH], t0 + waited))
 
     def ended(self, fetches: int, waited: float, images: int, unknown: int = 0,
               start: float | None = None) -> float:
-        """``fetches`` clocked (``waited`` and ``images`` among them, ``unknown`` more of
-        unknown size), then the step's end."""
-        for k in range(fetches):
-            self.fetched(waited if k == 0 else 0.0,
-                         -1 if k < unknown else (images if k == unknown else 0))
         time.sleep(0.001)  # the graph's work: its end is after the step's mark
         end = time.time()
-        self.events.append(([end if start is None else start, 0.0, kclock.END], end))
+        for k, v in enumerate((fetches, waited, images, unknown)):
+            self.sums[k] += v
+        self.sums[4], self.sums[5] = end, end if start is None else start
+        self.sums[6] += 1
+        self.rows[int(self.sums[6]) % kclock.RING_ROWS] = self.sums
         time.sleep(0.001)  # the call's return
         return end
 
-    def read(self) -> list[tuple[list[float], float]]:
+    def read(self) -> np.ndarray:
         self.reads += 1
-        got, self.events = self.events, []
-        return got
+        return self.rows.copy()
 
 
 def _ring_clock() -> tuple[kclock.GraphClock, _Ring]:
     ring = _Ring()
     clock = kclock.GraphClock(None, lambda dt, batch: None)
-    clock.queue, clock.read = object(), ring.read
+    clock.ring, clock.read = ring.rows, ring.read
     return clock, ring
 
 
-def test_graph_clock_figures_are_the_rows_between_two_marks() -> None:
+def test_graph_clock_figures_are_the_ring_rows_between_two_marks() -> None:
     """The fetches of the steps whose graph work ended between two marks, differences of the
-    running sums; nothing before the queue is read past the second mark; a fetch of unknown size
+    running sums; nothing before the ring is read past the second mark; a fetch of unknown size
     makes the images unknown; the end and start are the latest row's."""
     clock, ring = _ring_clock()
     m0 = time.time()
@@ -138,31 +133,20 @@ def test_graph_clock_figures_are_the_rows_between_two_marks() -> None:
     assert clock.between(m2, m) is None
     clock.poll()
     assert clock.between(m2, m)[:3] == (0, 0.0, 0)  # no step's end since
-    assert clock.seen == 2
-
-
-def test_graph_clock_keeps_its_newest_rows_when_nobody_asks(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A loop that never asks for its rows (a custom loop over clocked fetches) keeps the
-    newest ``MAX_ROWS``, and the sums of those it forgot."""
-    monkeypatch.setattr(kclock, "MAX_ROWS", 5)
-    clock, ring = _ring_clock()
-    m0 = time.time()
-    for _ in range(20):
-        ring.ended(1, 0.01, 4)
+    time.sleep(0.001)
+    for _ in range(kclock.RING_ROWS + 10):  # the ring laps: rows lost, the sums are not
+        ring.sums[0] += 1
+        ring.sums[4] = time.time()
+        ring.sums[6] += 1
+        ring.rows[int(ring.sums[6]) % kclock.RING_ROWS] = ring.sums
+    ring.ended(1, 0.0, 4)
+    m3 = time.time()
     clock.poll()
-    assert len(clock.rows) == 5 and clock.seen == 20
-    m1 = time.time()
-    ring.ended(1, 0.5, 4)
-    m2 = time.time()
-    clock.poll()
-    # the five rows it kept, one ended after m1: four before it, against the sums it forgot
-    assert clock.between(m0, m1)[:3] == (4, pytest.approx(0.04), 16)
-    assert clock.between(m1, m2)[:3] == (1, pytest.approx(0.5), 4)
+    assert clock.between(m2, m3)[0] == kclock.RING_ROWS + 10 + 1
 
 
 def test_tensorflow_steps_wait_for_the_ring_read_and_keep_their_order() -> None:
-    """The loop reads the graph clock's queue at most every ``POLL_S``: a step closed between
+    """The loop reads the graph clock's ring at most every ``POLL_S``: a step closed between
     two reads is recorded at the next one, or at the phase's end, with its own fetches."""
     steps, clock, fd, rec = _setup()
     gclock, ring = _ring_clock()
@@ -173,7 +157,7 @@ def test_tensorflow_steps_wait_for_the_ring_read_and_keep_their_order() -> None:
         steps.batch_begin(i)
         clock.t += 0.1
         ring.ended(1, 0.01 * (i + 1), 8)
-    steps.batch_begin(4)  # closes step 3 (the first close read the queue: 2 reads by now)
+    steps.batch_begin(4)  # closes step 3 (the first close read the ring: 2 reads by now)
     sent_before_end = len(steps._unready)
     clock.t += 0.1
     steps.phase_end()  # no fetch: Keras's count, no wait
@@ -494,7 +478,7 @@ for _ in range(3):
     t0 = time.time()
     step(it)
     t1 = time.time()
-assert clock.between(w0, t1) is None  # the queue not read since
+assert clock.between(w0, t1) is None  # the ring not read since
 clock.poll()
 n, waited, images, end, start = clock.between(w0, t1)
 assert n == 3 and images == 12 and 0.08 <= waited <= 0.5, (n, waited, images)
@@ -516,7 +500,7 @@ time.sleep(kclock.POLL_S + 0.05)
 t0 = time.time()
 step(it)
 t1 = time.time()
-clock.poll(pending=1)  # read at once: DUE_ROWS are not waiting, but POLL_S has passed
+clock.poll(pending=1)  # read at once: a quarter of the ring is not due, but POLL_S has passed
 n, waited, images, _, _ = clock.between(t0, t1)
 assert n == 1 and images == 4 and waited < 0.02, (n, waited, images)
 next(it)  # fetched eagerly, in Python

@@ -115,7 +115,7 @@ def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
 def clock_step_ends(model: Any) -> None:
     """Keras 3 on TensorFlow makes a model's train function before ``fit`` calls
     ``on_train_begin``, where ``stepscope.keras.Callback`` installs the hooks: one made before
-    has no step-end clock (``GraphClock.ended``), so the clock gets no step's end and its
+    has no step-end clock (``GraphClock.ended``), so the clock's ring gets no row and its
     steps would read no data wait. Make it again (it is traced at its first call: an earlier
     ``fit`` that ran it pays one more trace), and forget test and predict functions made
     before, which Keras makes again when it needs them."""

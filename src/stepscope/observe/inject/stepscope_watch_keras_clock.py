@@ -6,35 +6,34 @@ Keras (3 on TensorFlow, and tf-keras) fetches each batch inside its compiled tra
 of the graph, and the graph blocks on it until the input pipeline has a batch. So the wait is
 clocked there, the consumer's side, whatever the pipeline is (a Python generator, ``tf.data``
 maps, a prefetch buffer): each fetch traced into a graph gets a clock op before it and one after
-the batch's tensors, and puts (the two clocks, the batch's size) in a queue (``GraphClock``). As
-each step's graph work ends (below) the graph puts that end in the queue too. The loop reads
-the queue every ``POLL_S``, not every step, and turns its events into a row a step: the running
-sums of the fetches made by the step's end, with that end. A step's fetches are the difference
-between the rows as of its start and its end (marks on the same clock): a step's figures wait
-for the next read, or the phase's end.
-That read is eager ops whose cost is TensorFlow's runtime, not the copy: ~100 us of the loop's
-time right after a call, and several hundred microseconds of CPU over TensorFlow's threads.
-Made once a step it was half of what watching cost an 8 ms step (docs/performance.md).
+the batch's tensors, and adds (1, the difference, the batch's size, 1) to a running sum held in
+one small variable (``GraphClock``): the last column numbers the fetches. As each step's graph
+work ends (below) the graph writes the sum as of its fetch, with that end, into a row of a ring,
+a second variable. The loop reads the ring every ``POLL_S``, not every step, and a step's
+fetches are the difference between the rows as of its start and its end (marks on the same
+clock): a step's figures wait for the next read, or the phase's end.
+That read is an eager op whose cost is TensorFlow's runtime, not the copy: ~100 us of the
+loop's time right after a call, and several hundred microseconds of CPU over TensorFlow's
+threads. Made once a step it was half of what watching cost an 8 ms step (docs/performance.md).
 
 The end of each step's graph work is clocked too (``GraphClock.ended``, traced after the step's
 outputs): what a graph call takes after it is the call's return, and as it returns the loop's
 thread must take the GIL back, which loading threads that run Python may hold for a
-switch interval (5 ms) or more. The end is kept in the step's row, with the start of the graph
-that clocked it: the first fetch's first clock op has no inputs, so it runs as the graph
-starts. The call's time before that start (its dispatch) and after the end (its return) is
-paid once per call, which ``steps_per_execution`` divides.
+switch interval (5 ms) or more. The end is kept in the step's row of the ring, with the start
+of the graph that clocked it: the first fetch's first clock op has no inputs, so it runs as the
+graph starts. The call's time before that start (its dispatch) and after the end
+(its return) is paid once per call, which ``steps_per_execution`` divides.
 
 The clock's ops run on the graph's threads, each costing the executor a few microseconds of a
-core the step's own work wants (2 busy cores here), and those after the work delay the call's
-return: so a fetch adds four ops (two clocks, the event, its enqueue) and an end three, and
-every sum is Python's, at the read. Until ``cb57b74`` the graph kept the sums in a variable
-and copied them into a ring's row each step, 16 ops a step where these are 7 (CPU a call
-+93 to +116 us against +53 and +74 now, bench/watch_keras_clock_ab.py --interleave step;
-docs/performance.md). The queue has no bound, so an enqueue never blocks the graph; a thread
-of the clock's reads it when the loop has not for ``IDLE_READ_S`` (a custom loop over
-clocked fetches never asks), keeping ``MAX_ROWS``. The pipeline is untouched. (The mark this
-replaced, appended to the pipeline, ran on the pipeline's thread and cost the bench CNN ~5 %
-of its throughput on 2 cores: docs/performance.md.)
+core the step's own work wants (2 busy cores here): few ops, and few after the work, where each
+delays the call's return. The sum is read for the ring as soon as the step's fetch is clocked,
+beside the step's work, so three ops wait for the work to end (the end's clock, the row, its
+write); the chain of nine this replaced cost each call of the bench CNN's 4.4 ms step ~60 us
+more (bench/watch_keras_clock_ab.py --interleave step: fetch and end clocks +124 us a call,
+now +59 to +71; docs/performance.md). The pipeline is untouched. (A ring of per-fetch rows, read
+every step, cost ~100 us more in ops and its read ~150 us in Python; the mark this replaced,
+appended to the pipeline, ran on the pipeline's thread and cost the bench CNN ~5 % of its
+throughput on 2 cores: docs/performance.md.)
 
 A fetch run eagerly (``run_eagerly=True``) is timed in Python instead, on the loop's thread.
 
@@ -49,20 +48,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-POLL_S = 0.5  # the loop reads the clock's queue at most this often, unless many steps wait
-DUE_ROWS = 256  # ... or once this many of its closed steps wait for a read
-IDLE_READ_S = 5.0  # read by a thread of its own when the loop has not read for this long
-MAX_ROWS = 100_000  # step rows kept for a loop that never asks for them (a custom loop)
-FETCH, END = 0.0, 1.0  # an event's kind, its last field
+RING_ROWS = 1024  # step ends kept for the loop's read: POLL_S of steps >= 0.5 ms each
+POLL_S = 0.5  # the loop reads the ring at most this often, unless a quarter of it is unread
+COLS = 7  # fetches, seconds waited, images, fetches of unknown size, end, start, sequence
 
 
 class GraphClock:
-    """Events the graph puts in a queue, ``((a, b, kind), t)``: each clocked fetch
-    ``((t0, images or -1, FETCH), t1)`` and each step's end ``((its graph's start or 0, 0, END),
-    end)`` (``tf.timestamp``, the wall clock's seconds: a float64 holds them to a quarter of a
-    microsecond). Read now and then, they become a row a step: the running sums of the fetches
-    made by the step's end ``(fetches, seconds waited, images, fetches of unknown size)`` with
-    that end and start.
+    """The running sum of clocked fetches, ``(fetches, seconds waited, images, fetches of
+    unknown size, -, -, sequence)``, and a ring of rows, one a step: the sum as of the step's
+    fetch with the end of its graph work (``tf.timestamp``, the wall clock's seconds: a float64
+    holds them to a quarter of a microsecond) and its graph's start, read by the loop now and
+    then.
 
     Args:
         tf: the ``tensorflow`` module.
@@ -72,54 +68,43 @@ class GraphClock:
     def __init__(self, tf: Any, on_eager: Callable[[float, Any], None]) -> None:
         self.tf = tf
         self.on_eager = on_eager
-        self.queue: Any = None
-        self.read: Callable[[], Any] = self._dequeue  # the events enqueued since
-        self.lock = threading.Lock()  # the reads and the rows: the loop's and the idle reader's
-        self.sums = [0.0] * 4
-        # The rows read so far, oldest first (their ends, for bisect), the last one forgotten,
-        # how many steps' ends were read in all, and when the last read started
-        # (``time.time()``): every step's end before then is in ``rows``.
+        self.sums: Any = None
+        self.ring: Any = None
+        self.read: Callable[[], Any] = lambda: self.ring.numpy()
+        self.lock = threading.Lock()
+        # The ring's rows read so far, oldest first (their ends, for bisect), the last one
+        # forgotten (the sums as of then), the last sequence number read, and when the last
+        # read started (``time.time()``): every step's end before then is in ``rows``.
         self.rows: list[list[float]] = []
         self.ends: list[float] = []
-        self.floor = [0.0] * 6
-        self.seen = 0
+        self.floor = [0.0] * COLS
+        self.seen = 0.0
         self.polled_at = 0.0
 
     def make(self) -> None:
-        """Make the queue now (eagerly, before a graph is traced), on the CPU: the clock is a
-        host op. Unbounded: an enqueue never blocks the graph; a thread of its own reads it when
-        the loop does not (``IDLE_READ_S``), so a loop that never asks keeps ``MAX_ROWS``."""
+        """Make the variables now (eagerly, before a graph is traced), on the CPU: the clock is
+        a host op, and a variable on a GPU would make each read wait for its stream."""
         tf = self.tf
         with self.lock:
-            if self.queue is not None:
+            if self.sums is not None:
                 return
             with tf.init_scope(), tf.device("/CPU:0"):  # eager, even while tracing
-                self.queue = tf.queue.FIFOQueue(-1, [tf.float64, tf.float64],
-                                                shapes=[[], [3]], name="stepscope_fetch_clock")
-            threading.Thread(target=self._read_when_idle, name="stepscope-graph-clock",
-                             daemon=True).start()
+                self.sums = tf.Variable(tf.zeros([COLS], tf.float64), trainable=False,
+                                        name="stepscope_fetch_clock")
+                self.ring = tf.Variable(tf.zeros([RING_ROWS, COLS], tf.float64),
+                                        trainable=False, name="stepscope_fetch_clock_ring")
+                try:  # the bare read op: ~6 us here, where Variable.numpy() took ~18
+                    from tensorflow.python.ops import gen_resource_variable_ops as ops
 
-    def _dequeue(self) -> Any:
-        # two bare ops, a few microseconds each, where ``FIFOQueue.size()``/``dequeue_many``
-        # build theirs through the public layers
-        from tensorflow.python.ops import gen_data_flow_ops as ops
-
-        ref, f64 = self.queue.queue_ref, self.tf.float64
-        n = int(ops.queue_size_v2(ref))
-        if not n:
-            return ()
-        last, first = ops.queue_dequeue_many_v2(ref, n, component_types=[f64, f64])
-        return list(zip(first._numpy().tolist(), last._numpy().tolist(), strict=True))
-
-    def _read_when_idle(self) -> None:
-        while True:
-            time.sleep(IDLE_READ_S)
-            if time.time() - self.polled_at >= IDLE_READ_S:
-                self.poll()
+                    handle, dtype = self.ring.handle, tf.float64
+                    ops.read_variable_op(handle, dtype)._numpy()
+                    self.read = lambda: ops.read_variable_op(handle, dtype)._numpy()
+                except Exception:  # another TensorFlow: the public read
+                    pass
 
     def clocked(self, fetch: Callable[[], Any], tensors: Callable[[Any], list[Any]],
                 images: Callable[[Any], Any]) -> Any:
-        """``fetch()`` as traced into a graph, with its clocks put in the queue.
+        """``fetch()`` as traced into a graph, with its wait added to the sum.
 
         ``tensors(element)``: the tensors the fetch made (the clock stops when all exist);
         ``images(element)``: the batch's size as a float64 tensor, or None when unknown."""
@@ -137,18 +122,23 @@ class GraphClock:
             with tf.control_dependencies(tensors(element)):
                 t1 = tf.timestamp()
             n = images(element)
-            # the event in two parts, so that only the enqueue waits for ``t1``: the first
-            # (t0, the size, the kind) is packed while the fetch waits. The sums and the rows
-            # are Python's, at the read: kept in a variable and a ring they took 16 ops a step.
-            first = tf.stack([t0, tf.constant(-1.0, tf.float64) if n is None else n,
-                              tf.constant(FETCH, tf.float64)])
-            self.queue.enqueue([t1, first])
+            one = tf.constant(1.0, tf.float64)
+            # (1, waited, images or 1 unknown, 1 sequence): the end and start columns are the
+            # ring's, not summed; each fetch moves the sequence on, so the step's end need not
+            # (few ops: each costs the executor a few microseconds of a core the step wants)
+            cols, add = ([0, 1, 3, 6], [one, t1 - t0, one, one]) if n is None \
+                else ([0, 1, 2, 6], [one, t1 - t0, n, one])
+            added = tf.raw_ops.ResourceScatterAdd(resource=self.sums.handle,
+                                                  indices=tf.constant(cols),
+                                                  updates=tf.stack(add))
+        # the step's end (``ended``) takes the sums as of this fetch, not as of its end
+        graph._stepscope_fetched = added
         return element
 
     def ended(self, outputs: Any) -> None:
         """A step's graph work is done once ``outputs`` (its results, as traced) and every
-        stateful op traced before them have run: clock it there and put the end in the queue,
-        after every fetch made by then. Nothing outside a graph."""
+        stateful op traced before them have run: clock it there and write the ring's next row,
+        the sums as of the step's fetch with that end. Nothing outside a graph."""
         tf = self.tf
         if not tf.inside_function():
             return
@@ -160,63 +150,64 @@ class GraphClock:
         graph = tf.compat.v1.get_default_graph()
         deps += [op for op in graph.get_operations() if getattr(op, "_is_stateful", False)]
         start = getattr(graph, "_stepscope_start", None)
-        zero = tf.constant(0.0, tf.float64)
+        fetched = getattr(graph, "_stepscope_fetched", None)
+        handle = self.sums.handle
         with tf.device("/CPU:0"):
-            # two ops wait for the work to end, the end's clock and the enqueue: the rest of
-            # the event (the start, the kind) is packed beside the work
-            first = tf.stack([zero if start is None else start, zero,
-                              tf.constant(END, tf.float64)])
+            # The sums (and the row's number) are read as soon as this graph's fetch is clocked,
+            # beside the step's work, so that three ops wait for the work to end: the end's
+            # clock, the row and its write (see the module's docstring for what each costs). A
+            # graph with no fetch of its own (under ``steps_per_execution`` the branch that runs
+            # a step; the fetches are in another) numbers its row and reads the sums after the
+            # work, so they count every fetch made by then.
+            if fetched is None:
+                with tf.control_dependencies(deps):
+                    fetched = tf.raw_ops.ResourceScatterAdd(
+                        resource=handle, indices=tf.constant(6),
+                        updates=tf.constant(1.0, tf.float64))
+            with tf.control_dependencies([fetched]):
+                sums = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float64)
+                at = tf.cast(sums[6], tf.int64) % RING_ROWS
             with tf.control_dependencies(deps):
                 end = tf.timestamp()
-            self.queue.enqueue([end, first])
+            at_end = tf.stack([end, tf.constant(0.0, tf.float64) if start is None else start])
+            row = tf.tensor_scatter_nd_update(sums, tf.constant([[4], [5]]), at_end)
+            tf.raw_ops.ResourceScatterUpdate(resource=self.ring.handle, indices=at, updates=row)
 
     def poll(self, pending: int | None = None) -> None:
-        """Read the queue (two eager ops) and make its events rows. With ``pending`` (rows the
-        loop waits for) only when due: ``POLL_S`` after the last read, or with ``DUE_ROWS``
-        waiting. A read costs the loop ~100 us right after a graph call and more after a pause
-        (TensorFlow's runtime gone cold): once a step, it was half of what watching cost an
-        8 ms step (docs/performance.md)."""
+        """Read the ring (one eager op), keeping the rows not read before. With ``pending``
+        (rows the loop waits for) only when due: ``POLL_S`` after the last read, or with a
+        quarter of the ring unread. The read costs the loop ~100 us right after a graph call
+        and more after a pause (TensorFlow's runtime gone cold): once a step, it was half of
+        what watching cost an 8 ms step (docs/performance.md)."""
         at = time.time()
-        if self.queue is None:  # not made: no graph has clocked a step
+        if self.ring is None:  # not made: no graph has clocked a step
             self.polled_at = at
             return
-        if pending is not None and at - self.polled_at < POLL_S and pending < DUE_ROWS:
+        if pending is not None and at - self.polled_at < POLL_S and pending < RING_ROWS // 4:
             return
-        with self.lock:
-            self._take(self.read())
-            self.polled_at = max(self.polled_at, at)
-
-    def _take(self, events: Any) -> None:
-        sums = self.sums
-        for (a, b, kind), t in events:
-            if kind == FETCH:  # t0, the images or -1; t: t1
-                sums[0] += 1
-                sums[1] += t - a
-                sums[2 if b >= 0 else 3] += b if b >= 0 else 1
-            else:  # the graph's start or 0; t: the end of its work
-                self.rows.append([*sums, t, a])
-                self.ends.append(t)
-                self.seen += 1
-        if len(self.rows) > MAX_ROWS:  # nobody asks: keep the newest, and their sums
-            drop = len(self.rows) - MAX_ROWS
-            self.floor = self.rows[drop - 1]
-            del self.rows[:drop], self.ends[:drop]
+        rows = self.read()
+        new = rows[rows[:, 6] > self.seen]
+        if len(new):
+            got: list[list[float]] = new[new[:, 6].argsort()].tolist()
+            self.seen = got[-1][6]
+            self.rows += got
+            self.ends += [r[4] for r in got]
+        self.polled_at = at
 
     def between(self, t_from: float, t_to: float) -> tuple[int, float, int, float, float] | None:
         """(fetches, seconds waited, images; -1 when a fetch's size is unknown) clocked by the
         graphs whose work ended after ``t_from`` and by ``t_to``, the latest end by then and
         the start of the graph that clocked it (``time.time()`` seconds; 0 when none yet);
-        None until the queue has been read after ``t_to``. Asked in order of ``t_from``: the
+        None until the ring has been read after ``t_to``. Asked in order of ``t_from``: the
         rows before it are forgotten."""
         if self.polled_at < t_to:
             return None
-        with self.lock:
-            i = bisect.bisect_right(self.ends, t_from)
-            if i:
-                self.floor = self.rows[i - 1]
-                del self.rows[:i], self.ends[:i]
-            j = bisect.bisect_right(self.ends, t_to)
-            a, b = self.floor, self.rows[j - 1] if j else self.floor
+        i = bisect.bisect_right(self.ends, t_from)
+        if i:
+            self.floor = self.rows[i - 1]
+            del self.rows[:i], self.ends[:i]
+        j = bisect.bisect_right(self.ends, t_to)
+        a, b = self.floor, self.rows[j - 1] if j else self.floor
         fetches, waited, images, unknown = (b[k] - a[k] for k in range(4))
         return round(fetches), waited, -1 if unknown > 0.5 else round(images), b[4], b[5]
 

@@ -313,7 +313,7 @@ class KerasSteps:
                           "watch: steady training steps (batch-begin to batch-begin) and the "
                           "time TensorFlow's Context.call_function ran inside them (the graph)")
             # A train function made outside Keras's ``_make_function`` (a model's own
-            # ``make_train_function``) has no step-end clock: the clock never gets a step's end, and
+            # ``make_train_function``) has no step-end clock: the ring never gets a row, and
             # its fetches, clocked or not, are never read. Its data wait reads 0 (or what the GIL
             # clock counted, not the fetch): say so.
             if self.graph_clock is not None and self.graph_clock.seen == 0 \
@@ -421,7 +421,7 @@ class KerasSteps:
         order; ``until``: the phase ends then, so every step is sent, none ending after it.
 
         On TensorFlow a step's clocked fetches are known once the loop has read the graph
-        clock's queue after the step (``GraphClock.poll``, every ``POLL_S``; at a phase's end
+        clock's ring after the step (``GraphClock.poll``, every ``POLL_S``; at a phase's end
         at once).
 
         JAX dispatches a step and returns before it has run, so the loop can run ahead of the
