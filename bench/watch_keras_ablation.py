@@ -223,8 +223,8 @@ def main() -> None:
                         help="run every arm on these cores only, e.g. '1' (the watching parent "
                              "then shares the training's cores)")
     parser.add_argument("--image-px", type=int, default=32,
-                        help="the CNN's image side: 64 makes each step ~4x the compute (the "
-                             "per-step costs of watching then weigh a quarter as much)")
+                        help="the CNN's image side: 64 makes each step ~4x the compute (a fixed "
+                             "cost a step would then weigh ~a quarter as much)")
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch traces and is not compared")
