@@ -8,7 +8,7 @@ times its own epochs with an epoch-level callback (no batch hooks, the same in b
 reports its best training epoch after the first (which traces the train function), so process
 start-up, imports and tracing are not counted: only what watching adds while training runs —
 the watch callback, the graph clock (ops traced around each fetch and after each step's
-work, copied into a ring the loop reads every 0.1 s), the timed graph calls, the parent's samplers; on JAX the timed
+work, copied into a ring the loop reads every ``POLL_S``, 0.5 s), the timed graph calls, the parent's samplers; on JAX the timed
 ``next()`` and the one step kept in flight (the loop waits for step k-1 after dispatching k). It also reports the training
 process's CPU time per image, watched / bare, and on TensorFlow each epoch's time a step in the
 graph calls (the script wraps ``Context.call_function`` itself, in both runs alike: watch's own timer of that kind measured 2-10 us a call)
