@@ -1,16 +1,16 @@
 """Is the gain stepscope predicts for ``use_multiprocessing=True`` the gain a rerun gets?
 
-Runs ``tests/watch_scripts/keras_known.py`` (Keras 3 on TensorFlow, a tiny Dense model, a
-``PyDataset(workers=2)`` on threads whose ``__getitem__`` is ``--load-ms`` of pure-Python CPU
-a batch, the GIL held throughout) under ``stepscope watch``, reads the predicted speed-up of the
-fix it advises (``use_multiprocessing=True`` at the same worker count) from the findings, reruns
-the script with worker processes under watch, and compares training throughput (images / second
-over the epochs after the first, which starts the pool and traces the train function). Pairs
-run one after the other, so machine noise hits both alike.
+Runs ``tests/watch_scripts/keras_known.py`` (Keras 3 on ``--backend``, TensorFlow unless told;
+a tiny Dense model; a ``PyDataset(workers=2)`` on threads whose ``__getitem__`` is ``--load-ms``
+of pure-Python CPU a batch, the GIL held throughout) under ``stepscope watch``, reads the
+predicted speed-up of the fix it advises (``use_multiprocessing=True`` at the same worker count)
+from the findings, reruns the script with worker processes under watch, and compares training
+throughput (images / second over the epochs after the first, which starts the pool and traces
+the train function). Pairs run one after the other, so machine noise hits both alike.
 
 Usage:
     PYTHONPATH=$PWD/src .venv/bin/python bench/keras_threads_to_processes.py [--pairs 3]
-        [--steps 48] [--load-ms 80]
+        [--steps 48] [--load-ms 80] [--backend tensorflow|jax|torch]
 
 The last line is one JSON object: predicted and achieved (median over pairs) speed-ups.
 """
@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from keras_spe_gain import train_rate, watch_known
 
 
-def _watch(out: Path, steps: int, load_ms: float, processes: bool) -> dict:
-    return watch_known(out, "tensorflow", "pydataset", str(load_ms), "dense", "--workers", "2",
+def _watch(out: Path, backend: str, steps: int, load_ms: float, processes: bool) -> dict:
+    return watch_known(out, backend, "pydataset", str(load_ms), "dense", "--workers", "2",
                        "--cpu-clock", "--steps", str(steps), "--epochs", "3",
                        *(["--mp"] if processes else []))
 
@@ -41,13 +41,14 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--load-ms", type=float, default=80.0)
+    ap.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default="tensorflow")
     args = ap.parse_args()
     predicted: list[float] = []
     achieved: list[float] = []
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.pairs):
-            base = _watch(Path(tmp) / f"threads{i}", args.steps, args.load_ms, False)
+            base = _watch(Path(tmp) / f"threads{i}", args.backend, args.steps, args.load_ms, False)
             f = next((f for f in base["findings"] if "use_multiprocessing=True" in f["fix"]),
                      None)
             if f is None:
@@ -55,7 +56,7 @@ def main() -> None:
                       f"({[x['id'] for x in base['findings']]})", flush=True)
                 continue
             gain = float(re.search(r"predicted ([\d.]+)×", f["expected_gain"]).group(1))  # type: ignore[union-attr]
-            procs = _watch(Path(tmp) / f"processes{i}", args.steps, args.load_ms, True)
+            procs = _watch(Path(tmp) / f"processes{i}", args.backend, args.steps, args.load_ms, True)
             ratio = train_rate(procs) / train_rate(base)
             predicted.append(gain)
             achieved.append(ratio)
@@ -64,7 +65,7 @@ def main() -> None:
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     if not achieved:
         sys.exit("no pair was advised use_multiprocessing=True")
-    print(json.dumps({"bench": "keras_threads_to_processes",
+    print(json.dumps({"bench": "keras_threads_to_processes", "backend": args.backend,
                       "predicted_x": round(statistics.median(predicted), 2),
                       "achieved_x": round(statistics.median(achieved), 2),
                       "achieved_range_x": [round(min(achieved), 2), round(max(achieved), 2)],
