@@ -49,10 +49,41 @@ def _cold_run(data_dir: Path, run_dir: Path) -> dict[str, Any]:
     return write_summary(run_dir)
 
 
+def _file_pages_reclaimed() -> int | None:
+    """The kernel's count of page-cache pages it has reclaimed since boot (None: not exposed)."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "pgsteal_file":
+                return int(value)
+    except OSError:
+        pass
+    return None
+
+
+def _evicted_during(summary: dict[str, Any]) -> bool:
+    """Some later phase began with less of the dataset resident than epoch 1 left."""
+    phases = sorted(summary["phases"], key=lambda p: (p["epoch"], p["started"]))
+    later = [p for p in phases if p["epoch"] != phases[0]["epoch"]]
+    return any((p["dataset_resident_frac_start"] or 0.0) < RESIDENT_AFTER_MIN_FRAC for p in later)
+
+
 @pytest.fixture(scope="module")
 def cold_run(synth400: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    run_dir = tmp_path_factory.mktemp("cold") / "run"
-    summary = _cold_run(synth400, run_dir)
+    """The run, made again once when the kernel reclaimed page-cache pages while it ran and
+    the dataset lost residency between epochs: the plant is a dataset that stays cached, and a
+    host short of memory (a CI rehearsal once read a later epoch under 95 % resident) undid it.
+    The assertions judge the second run, whatever the host did."""
+    for attempt in range(2):
+        run_dir = tmp_path_factory.mktemp("cold") / "run"
+        before = _file_pages_reclaimed()
+        summary = _cold_run(synth400, run_dir)
+        after = _file_pages_reclaimed()
+        reclaimed = None if before is None or after is None else after - before
+        print(f"attempt {attempt + 1}: the kernel reclaimed {reclaimed} page-cache pages "
+              "during the run")
+        if not (reclaimed and _evicted_during(summary)):
+            break
     ds = summary["dataset"]["bytes"]
     for e in summary["epochs"]:
         print(f"epoch {e['epoch']}: disk {e['disk_read_bytes']} B "
@@ -87,7 +118,9 @@ def test_dataset_resident_after_epoch_one(cold_run: tuple[Path, dict[str, Any]])
     # train reads the training files, val the validation ones: at the end of the epoch, all.
     assert first_epoch[-1]["dataset_resident_frac_end"] >= RESIDENT_AFTER_MIN_FRAC
     later = [p for p in phases if p["epoch"] != phases[0]["epoch"]]
-    assert all(p["dataset_resident_frac_start"] >= RESIDENT_AFTER_MIN_FRAC for p in later)
+    assert all(p["dataset_resident_frac_start"] >= RESIDENT_AFTER_MIN_FRAC for p in later), [
+        (p["epoch"], p["phase"], p["dataset_resident_frac_start"], p["dataset_resident_frac_end"])
+        for p in phases]
 
 
 def test_explanation_credits_the_page_cache(cold_run: tuple[Path, dict[str, Any]]) -> None:
