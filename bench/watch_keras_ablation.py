@@ -19,6 +19,7 @@ A patch whose anchor text is gone (the code moved on) stops the bench with the a
 Usage:
     .venv/bin/python bench/watch_keras_ablation.py [--rounds 6] [--input pydataset|tfdata]
         [--arms control end end,fetch,calls keras pool,gil] [--epochs 4] [--cpus 1] [--image-px 64]
+    .venv/bin/python bench/watch_keras_ablation.py --pool RUN1.log RUN2.log [...]
 
 The bare arm's throughput is printed each round: on a host whose bare runs swing by more than a
 few per cent, a single round says nothing. With ``control`` among the arms, each arm is also
@@ -35,6 +36,16 @@ that core's slow phases hit a run, and the parent's sampling competes with the t
 epochs is split into its graph calls (the script times ``Context.call_function``; the graph
 clocks' ops are in there) and the rest (the Keras loop's Python, watch's hooks). The last line is
 one JSON object, with every arm's epochs (img/s) for a second look.
+
+``--pool`` runs nothing: it pools earlier runs (each one's saved output, made with ``control``
+among the arms and the same input, epochs, cores and image side). On this host the same code
+read 0.965 (±2 SE 0.949-0.980) in one run and 0.983-0.986 in two others an hour or two later:
+the host's state between runs moves the figure about as much as one run's interval, which so
+overstates what is known. Pooled two ways, on each round's best epochs: every round of every
+run as if independent (±2 SE: what one long run would claim), and over the runs (each run's
+mean; a Student-t 95 % interval from how far the runs' means lie apart, k-1 degrees of freedom:
+the host's state between runs counted as the noise it is). Beside it the control against the
+first bare run, the same two ways: how far two bare runs read apart, the null.
 """
 
 from __future__ import annotations
@@ -134,6 +145,12 @@ def _fast_medians(epochs: dict[str, list[float]]) -> dict[str, float | None]:
             else None for a, v in epochs.items()}
 
 
+def _mean_2se(logs: list[float]) -> tuple[float, float]:
+    """The mean of log ratios and two standard errors of it, the values taken as independent."""
+    mean = statistics.mean(logs)
+    return mean, 2 * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
+
+
 def _against_bare(key: str, how: str, xs: list[float | None], bare: list[float | None],
                   control: list[float | None]) -> dict[str, object]:
     """One arm against both bare runs of each round (their geometric mean), pooled two ways:
@@ -145,8 +162,7 @@ def _against_bare(key: str, how: str, xs: list[float | None], bare: list[float |
     if not logs:
         print(f"{key} / both bare runs ({how}): no round with a figure for all three")
         return {}
-    mean = statistics.mean(logs)
-    half = 2 * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
+    mean, half = _mean_2se(logs)
     med = statistics.median(logs)
     lo, hi = _median_interval(logs)
     print(f"{key} / both bare runs ({how}): mean {math.exp(mean):.3f} "
@@ -210,6 +226,103 @@ def _img_s(x: float | None) -> str:
     return "slowed" if x is None else f"{x:.0f}"
 
 
+# ---------------------------------------------------------------- several runs pooled
+
+# Student's t, 97.5th percentile, by degrees of freedom (over 30: 2.0, a little wide).
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+SETTINGS = ("input", "epochs", "cpus", "image_px")
+
+
+def _t975(df: int) -> float:
+    return T975[df - 1] if df <= len(T975) else 2.0
+
+
+def _load(path: Path) -> dict[str, Any]:
+    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")]
+    if not lines:
+        sys.exit(f"{path}: no JSON line; pass what this bench printed (its last line is the JSON)")
+    run: dict[str, Any] = json.loads(lines[-1])
+    if run.get("figure") != "watch_keras_ablation" or "control" not in run.get("epochs_img_s", {}):
+        sys.exit(f"{path}: not a watch_keras_ablation run with a control arm (--arms control)")
+    run.setdefault("image_px", 32)  # runs before --image-px ran 32 px
+    return run
+
+
+def _round_logs(run: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """Per round: log(watch ÷ both bare runs) and log(control ÷ bare), on each run's best epoch."""
+    e = run["epochs_img_s"]
+    watch, null = [], []
+    for w, b, c in zip(e["watch"], e["bare"], e["control"], strict=True):
+        bw, bb, bc = max(w), max(b), max(c)
+        watch.append(math.log(bw / math.sqrt(bb * bc)))
+        null.append(math.log(bc / bb))
+    return watch, null
+
+
+def _rounds(logs: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high) as ratios, ±2 SE, rounds taken as independent."""
+    mean, half = _mean_2se(logs)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def _runs(means: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high) as ratios over the runs' means (logs), Student-t 95 %."""
+    mean = statistics.mean(means)
+    half = _t975(len(means) - 1) * statistics.stdev(means) / math.sqrt(len(means))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def _fmt(name: str, x: tuple[float, float, float]) -> str:
+    return f"{name} {x[0]:.3f} ({x[1]:.3f}-{x[2]:.3f})"
+
+
+def pool(logs: list[Path]) -> None:
+    """Several runs' logs pooled by round and by run (``--pool``); prints the JSON line."""
+    runs = [_load(p) for p in logs]
+    for key in SETTINGS:
+        if len({str(r.get(key)) for r in runs}) > 1:
+            sys.exit(f"the runs differ in {key}: {[r.get(key) for r in runs]}; pool like with like")
+    all_watch: list[float] = []
+    all_null: list[float] = []
+    watch_means, null_means, fast_means = [], [], []
+    per_run = []
+    for path, run in zip(logs, runs, strict=True):
+        watch, null = _round_logs(run)
+        all_watch += watch
+        all_null += null
+        watch_means.append(statistics.mean(watch))
+        null_means.append(statistics.mean(null))
+        fast = run.get("watch / bare runs, pooled fast epochs")
+        if fast is not None:
+            fast_means.append(math.log(fast))
+        per_run.append({"log": path.name, "rounds": len(watch),
+                        "watch / bare runs": round(math.exp(watch_means[-1]), 4),
+                        "control / bare": round(math.exp(null_means[-1]), 4),
+                        "watch / bare runs, pooled fast epochs": fast})
+        print(f"{path.name}: {len(watch)} rounds; watch / both bare runs "
+              f"{math.exp(watch_means[-1]):.3f}, control / bare {math.exp(null_means[-1]):.3f}"
+              + (f", pooled fast epochs {fast:.3f}" if fast is not None else ""))
+    result: dict[str, object] = {"figure": "watch_keras_pool", "runs": len(runs),
+                                 "rounds": len(all_watch),
+                                 **{k: runs[0].get(k) for k in SETTINGS}, "per_run": per_run}
+    for name, logs, means in (("watch / bare runs", all_watch, watch_means),
+                              ("control / bare", all_null, null_means)):
+        by_rounds, by_runs = _rounds(logs), _runs(means)
+        print(f"{name}: " + _fmt("rounds pooled", by_rounds) + "; "
+              + _fmt(f"over {len(means)} runs (t 95 %)", by_runs))
+        result[f"{name}, rounds pooled"] = [round(x, 4) for x in by_rounds]
+        result[f"{name}, over runs"] = [round(x, 4) for x in by_runs]
+    if len(fast_means) >= 2:
+        fast_runs = _runs(fast_means)
+        print(_fmt(f"watch / bare runs, pooled fast epochs, over {len(fast_means)} runs (t 95 %)",
+                   fast_runs))
+        result["watch / bare runs, pooled fast epochs, over runs"] = [round(x, 4) for x in fast_runs]
+    print(json.dumps(result))
+
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="rounds (each runs every arm)")
@@ -225,7 +338,16 @@ def main() -> None:
     parser.add_argument("--image-px", type=int, default=32,
                         help="the CNN's image side: 64 makes each step ~4x the compute (a fixed "
                              "cost a step would then weigh ~a quarter as much)")
+    parser.add_argument("--pool", nargs="+", type=Path, metavar="LOG",
+                        help="run nothing: pool these earlier runs' outputs (two or more, each "
+                             "with a control arm) by round and by run")
     args = parser.parse_args()
+    if args.pool is not None:
+        if len(args.pool) < 2:
+            parser.error("--pool needs two or more runs: one run's own interval is what a run "
+                         "prints")
+        pool(args.pool)
+        return
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch traces and is not compared")
     if args.cpus is not None:

@@ -54,8 +54,13 @@ def _light_modules_leave_nothing_running(request: pytest.FixtureRequest):  # typ
 
 def report_size_bench() -> ModuleType:
     """bench/report_size.py: it writes realistic synthetic runs through the real store writer."""
-    path = Path(__file__).resolve().parents[1] / "bench" / "report_size.py"
-    spec = importlib.util.spec_from_file_location("report_size", path)
+    return bench_module("report_size")
+
+
+def bench_module(name: str) -> ModuleType:
+    """``bench/NAME.py`` as a module (the benches are scripts, not a package)."""
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
