@@ -363,8 +363,7 @@ def main() -> None:
         sys.path.insert(0, str(Path(__file__).parent))
         import watch_keras_overhead as bench
 
-        script = work / "keras_small.py"
-        script.write_text(bench.SCRIPT)
+        script = bench.write_script(work)
         arms = ["bare", "", *args.arms]
         fast: dict[str, list[float | None]] = {a: [] for a in arms}
         runs: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}

@@ -2,8 +2,9 @@
 
 Whole-run pairs (``bench/watch_keras_overhead.py``) compare two processes, so a host whose speed
 drifts from minute to minute (other tenants) moves each pair by more than the few per cent in
-question. Here one process holds three copies of the same small CNN (the overhead bench's), each
-with its train function traced under a different part of watch's Keras hooks:
+question. Here one process holds three copies of the same small CNN (``bench/keras_cnn.py``,
+the overhead bench's), each with its train function traced under a different part of watch's
+Keras hooks:
 
 - ``bare``: traced before any hook is installed;
 - ``fetch``: traced with the fetch clock (ops around each ``get_next``, ``GraphClock.clocked``);
@@ -50,6 +51,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import keras_cnn  # bench/keras_cnn.py: bench/ is this script's folder, first on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -76,7 +79,6 @@ def main() -> None:
 
     import keras
     import numpy as np
-    import tensorflow as tf
     from keras.src.backend.tensorflow import trainer
     from tensorflow.python.data.ops import iterator_ops
 
@@ -84,34 +86,14 @@ def main() -> None:
     from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps
     from stepscope.observe.inject.stepscope_watch_recorder import Channel, Recorder, count_images
 
-    n = args.steps * 32
-    rng = np.random.default_rng(0)
-    x_all = rng.normal(size=(n, 32, 32, 3)).astype("float32")
-    y_all = rng.integers(0, 10, size=(n,))
-
-    class Batches(keras.utils.PyDataset):  # type: ignore[misc]
-        def __len__(self) -> int:
-            return n // 32
-
-        def __getitem__(self, i: int) -> Any:
-            sl = slice(i * 32, (i + 1) * 32)
-            return x_all[sl], y_all[sl]
+    n = args.steps * keras_cnn.BATCH
+    x_all, y_all = keras_cnn.arrays(np, n)
 
     def data() -> Any:
-        if args.input == "pydataset":
-            return Batches()
-        return tf.data.Dataset.from_tensor_slices((x_all, y_all)).batch(32).prefetch(
-            tf.data.AUTOTUNE)
+        return keras_cnn.batches(args.input, x_all, y_all)
 
     def model() -> Any:
-        m = keras.Sequential([
-            keras.Input(shape=(32, 32, 3)),
-            keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-            keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, activation="softmax")])
-        m.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-        return m
+        return keras_cnn.model(keras)
 
     def epoch(m: Any) -> float:
         t0 = time.perf_counter()

@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import keras_cnn  # bench/keras_cnn.py: bench/ is this script's folder, first on sys.path
 from stepscope.observe.watch import watch
 
 SCRIPT = '''
@@ -43,6 +44,8 @@ os.environ["KERAS_BACKEND"] = sys.argv[4]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras
 import numpy as np
+
+import keras_cnn  # bench/keras_cnn.py, copied beside this script (write_script)
 
 out, steps, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 graph = [0.0]  # the loop's seconds in TensorFlow's graph calls (watch's call timer inside them)
@@ -63,22 +66,7 @@ if sys.argv[4] == "tensorflow":
     context.Context.call_function = call_function
 epochs = int(sys.argv[5]) if len(sys.argv) > 5 else 4
 px = int(sys.argv[6]) if len(sys.argv) > 6 else 32  # image side: the step's compute grows as px**2
-rng = np.random.default_rng(0)
-x_all = rng.normal(size=(steps * 32, px, px, 3)).astype("float32")
-y_all = rng.integers(0, 10, size=(steps * 32,))
-
-
-class Batches(keras.utils.PyDataset):
-    def __init__(self, n):
-        super().__init__()
-        self.n = n
-
-    def __len__(self):
-        return self.n // 32
-
-    def __getitem__(self, i):
-        sl = slice(i * 32, (i + 1) * 32)
-        return x_all[sl], y_all[sl]
+x_all, y_all = keras_cnn.arrays(np, steps * 32, px)
 
 
 class EpochClock(keras.callbacks.Callback):
@@ -100,19 +88,10 @@ class EpochClock(keras.callbacks.Callback):
 
 
 def batches(n):
-    if kind == "pydataset":
-        return Batches(n)
-    import tensorflow as tf  # the tf.data guide's pipeline over in-memory arrays
-    return tf.data.Dataset.from_tensor_slices((x_all[:n], y_all[:n])).batch(32).prefetch(
-        tf.data.AUTOTUNE)
+    return keras_cnn.batches(kind, x_all[:n], y_all[:n])
 
 
-model = keras.Sequential([
-    keras.Input(shape=(px, px, 3)),
-    keras.layers.Conv2D(16, 3, padding="same", activation="relu"), keras.layers.MaxPooling2D(),
-    keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-    keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, activation="softmax")])
-model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+model = keras_cnn.model(keras, px)
 clock = EpochClock()
 model.fit(batches(steps * 32), validation_data=batches(256), epochs=epochs, verbose=0,
           callbacks=[clock])
@@ -123,6 +102,14 @@ with open(out, "w") as f:
                "epochs_img_s": clock.rates[1:], "epochs_step_us": clock.step_us[1:],
                "epochs_graph_us": clock.graph_us[1:]}, f)
 '''
+
+
+def write_script(folder: Path, name: str = "keras_small.py") -> Path:
+    """``SCRIPT`` as a program in ``folder``, with the module it imports beside it."""
+    script = folder / name
+    script.write_text(SCRIPT)
+    keras_cnn.copy_beside(script)
+    return script
 
 
 def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float,
@@ -170,8 +157,7 @@ def main() -> None:
     loads: list[float] = []  # 1-minute load average at each pair's start and end
     with tempfile.TemporaryDirectory(prefix="stepscope-watch-keras-bench-") as tmp:
         work = Path(tmp)
-        script = work / "keras_small.py"
-        script.write_text(SCRIPT)
+        script = write_script(work)
         for i in range(max(args.runs, 3)):
             # Alternate which goes first so a drift in machine load favours neither.
             order = (False, True) if i % 2 == 0 else (True, False)

@@ -220,11 +220,9 @@ print(rate[0])
 def _cnn_script(folder: str) -> Path:
     """bench/watch_keras_overhead.py's CNN script, written into ``folder``."""
     sys.path.insert(0, str(ROOT / "bench"))
-    from watch_keras_overhead import SCRIPT
+    from watch_keras_overhead import write_script
 
-    script = Path(folder) / "cnn.py"
-    script.write_text(SCRIPT)
-    return script
+    return write_script(Path(folder), "cnn.py")
 
 
 def _parent_cpu_per_s(seconds: float) -> float:
