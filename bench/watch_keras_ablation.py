@@ -246,6 +246,8 @@ def _load(path: Path) -> dict[str, Any]:
     run: dict[str, Any] = json.loads(lines[-1])
     if run.get("figure") != "watch_keras_ablation" or "control" not in run.get("epochs_img_s", {}):
         sys.exit(f"{path}: not a watch_keras_ablation run with a control arm (--arms control)")
+    if not run["epochs_img_s"]["control"]:
+        sys.exit(f"{path}: a run of no rounds")
     run.setdefault("image_px", 32)  # runs before --image-px ran 32 px
     return run
 
@@ -307,9 +309,9 @@ def pool(logs: list[Path]) -> None:
     result: dict[str, object] = {"figure": "watch_keras_pool", "runs": len(runs),
                                  "rounds": len(all_watch),
                                  **{k: runs[0].get(k) for k in SETTINGS}, "per_run": per_run}
-    for name, logs, means in (("watch / bare runs", all_watch, watch_means),
-                              ("control / bare", all_null, null_means)):
-        by_rounds, by_runs = _rounds(logs), _runs(means)
+    for name, xs, means in (("watch / bare runs", all_watch, watch_means),
+                            ("control / bare", all_null, null_means)):
+        by_rounds, by_runs = _rounds(xs), _runs(means)
         print(f"{name}: " + _fmt("rounds pooled", by_rounds) + "; "
               + _fmt(f"over {len(means)} runs (t 95 %)", by_runs))
         result[f"{name}, rounds pooled"] = [round(x, 4) for x in by_rounds]
@@ -320,7 +322,6 @@ def pool(logs: list[Path]) -> None:
                    fast_runs))
         result["watch / bare runs, pooled fast epochs, over runs"] = [round(x, 4) for x in fast_runs]
     print(json.dumps(result))
-
 
 
 def main() -> None:
