@@ -145,10 +145,10 @@ def _fast_medians(epochs: dict[str, list[float]]) -> dict[str, float | None]:
             else None for a, v in epochs.items()}
 
 
-def _mean_2se(logs: list[float]) -> tuple[float, float]:
-    """The mean of log ratios and two standard errors of it, the values taken as independent."""
+def _mean_half(logs: list[float], se: float = 2.0) -> tuple[float, float]:
+    """The mean of log ratios and ``se`` standard errors of it, the values taken as independent."""
     mean = statistics.mean(logs)
-    return mean, 2 * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
+    return mean, se * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
 
 
 def _against_bare(key: str, how: str, xs: list[float | None], bare: list[float | None],
@@ -162,7 +162,7 @@ def _against_bare(key: str, how: str, xs: list[float | None], bare: list[float |
     if not logs:
         print(f"{key} / both bare runs ({how}): no round with a figure for all three")
         return {}
-    mean, half = _mean_2se(logs)
+    mean, half = _mean_half(logs)
     med = statistics.median(logs)
     lo, hi = _median_interval(logs)
     print(f"{key} / both bare runs ({how}): mean {math.exp(mean):.3f} "
@@ -263,17 +263,19 @@ def _round_logs(run: dict[str, Any]) -> tuple[list[float], list[float]]:
     return watch, null
 
 
-def _rounds(logs: list[float]) -> tuple[float, float, float]:
-    """(mean, low, high) as ratios, ±2 SE, rounds taken as independent."""
-    mean, half = _mean_2se(logs)
+def _ratios(mean: float, half: float) -> tuple[float, float, float]:
+    """(mean, low, high) as ratios, from logs."""
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def _rounds(logs: list[float]) -> tuple[float, float, float]:
+    """±2 SE, rounds taken as independent."""
+    return _ratios(*_mean_half(logs))
 
 
 def _runs(means: list[float]) -> tuple[float, float, float]:
-    """(mean, low, high) as ratios over the runs' means (logs), Student-t 95 %."""
-    mean = statistics.mean(means)
-    half = _t975(len(means) - 1) * statistics.stdev(means) / math.sqrt(len(means))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    """Over the runs' means (logs), Student-t 95 %."""
+    return _ratios(*_mean_half(means, _t975(len(means) - 1)))
 
 
 def _fmt(name: str, x: tuple[float, float, float]) -> str:
