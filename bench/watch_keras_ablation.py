@@ -151,13 +151,18 @@ def _mean_half(logs: list[float], se: float = 2.0) -> tuple[float, float]:
     return mean, se * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
 
 
+def _vs_both(x: float, bare: float, control: float) -> float:
+    """log(an arm's figure ÷ the geometric mean of its round's two bare runs)."""
+    return math.log(x / math.sqrt(bare * control))
+
+
 def _against_bare(key: str, how: str, xs: list[float | None], bare: list[float | None],
                   control: list[float | None]) -> dict[str, object]:
     """One arm against both bare runs of each round (their geometric mean), pooled two ways:
     the mean log ratio with ±2 standard errors, and the median with its distribution-free 95 %
     interval, which a minority of rounds caught in a slowed phase does not move. Rounds with a
     run that has no figure are left out, and counted."""
-    logs = [math.log(x / math.sqrt(b * c)) for x, b, c in zip(xs, bare, control, strict=True)
+    logs = [_vs_both(x, b, c) for x, b, c in zip(xs, bare, control, strict=True)
             if x is not None and b is not None and c is not None]
     if not logs:
         print(f"{key} / both bare runs ({how}): no round with a figure for all three")
@@ -258,7 +263,7 @@ def _round_logs(run: dict[str, Any]) -> tuple[list[float], list[float]]:
     watch, null = [], []
     for w, b, c in zip(e["watch"], e["bare"], e["control"], strict=True):
         bw, bb, bc = max(w), max(b), max(c)
-        watch.append(math.log(bw / math.sqrt(bb * bc)))
+        watch.append(_vs_both(bw, bb, bc))
         null.append(math.log(bc / bb))
     return watch, null
 
