@@ -66,7 +66,8 @@ if sys.argv[4] == "tensorflow":
     context.Context.call_function = call_function
 epochs = int(sys.argv[5]) if len(sys.argv) > 5 else 4
 px = int(sys.argv[6]) if len(sys.argv) > 6 else 32  # image side: the step's compute grows as px**2
-x_all, y_all = keras_cnn.arrays(np, steps * 32, px)
+images = steps * keras_cnn.BATCH  # an epoch's
+x_all, y_all = keras_cnn.arrays(np, images, px)
 
 
 class EpochClock(keras.callbacks.Callback):
@@ -79,11 +80,10 @@ class EpochClock(keras.callbacks.Callback):
 
     def on_test_begin(self, logs=None):  # the training part of the epoch ends here
         if self.t0 is not None:
-            n = steps * 32
-            self.rates.append(n / (time.perf_counter() - self.t0))
+            self.rates.append(images / (time.perf_counter() - self.t0))
             self.step_us.append((time.perf_counter() - self.t0) / steps * 1e6)
             self.graph_us.append((graph[0] - self.g0) / steps * 1e6)
-            self.cpu.append((time.process_time() - self.c0) / n)
+            self.cpu.append((time.process_time() - self.c0) / images)
             self.t0 = None
 
 
@@ -93,7 +93,7 @@ def batches(n):
 
 model = keras_cnn.model(keras, px)
 clock = EpochClock()
-model.fit(batches(steps * 32), validation_data=batches(256), epochs=epochs, verbose=0,
+model.fit(batches(images), validation_data=batches(256), epochs=epochs, verbose=0,
           callbacks=[clock])
 with open(out, "w") as f:
     # The best epoch after the first: other load on a shared machine only ever slows an epoch
