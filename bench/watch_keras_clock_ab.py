@@ -284,12 +284,31 @@ def _time_graphs() -> list[float]:
 
 
 def _tracing_count(model: Any) -> int:
-    """How often the train function's ``tf.function`` (in the closure Keras returns) traced."""
-    for cell in model.train_function.__closure__ or ():
-        fn = cell.cell_contents
+    """How often the train function's ``tf.function`` traced: it sits in the closure Keras
+    returns, or deeper where that function is itself wrapped (a few closures down at most)."""
+    seen: set[int] = set()
+    todo = [(model.train_function, 0)]
+    while todo:
+        fn, depth = todo.pop()
         if hasattr(fn, "experimental_get_tracing_count"):
             return int(fn.experimental_get_tracing_count())
+        if id(fn) in seen or depth >= 4:
+            continue
+        seen.add(id(fn))
+        todo += [(cell.cell_contents, depth + 1)
+                 for cell in getattr(fn, "__closure__", None) or () if _filled(cell)]
+        wrapped = getattr(fn, "__wrapped__", None)
+        if wrapped is not None:
+            todo.append((wrapped, depth + 1))
     sys.exit("could not find the train function's tf.function in Keras's closure")
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
 
 
 def _unwrapped(patched: Any) -> Any:
