@@ -145,6 +145,27 @@ def test_graph_clock_figures_are_the_ring_rows_between_two_marks() -> None:
     assert clock.between(m2, m3)[0] == kclock.RING_ROWS + 10 + 1
 
 
+def test_graph_clock_leaves_out_a_row_whose_end_is_not_written_yet() -> None:
+    """The graph writes a step's row beside its work and the step's end after it (a variable
+    of its own): a row read in between, its end older than its start, is left out, and its
+    fetches count in the next row read, as the sums run on."""
+    clock, ring = _ring_clock()
+    m0 = time.time()
+    ring.ended(1, 0.25, 8)
+    m1 = time.time()
+    ring.ended(1, 0.5, 8, start=m1)
+    at = int(ring.sums[6]) % kclock.RING_ROWS
+    ring.rows[at, 4] = m0  # the end of the row's last lap: this step still runs
+    clock.poll()
+    assert clock.seen == ring.sums[6] - 1
+    m2 = time.time()
+    ring.ended(1, 0.125, 8, start=m2)
+    m3 = time.time()
+    clock.poll()
+    assert clock.between(m0, m1)[:3] == (1, pytest.approx(0.25), 8)
+    assert clock.between(m1, m3)[:3] == (2, pytest.approx(0.625), 16)
+
+
 def test_tensorflow_steps_wait_for_the_ring_read_and_keep_their_order() -> None:
     """The loop reads the graph clock's ring at most every ``POLL_S``: a step closed between
     two reads is recorded at the next one, or at the phase's end, with its own fetches."""

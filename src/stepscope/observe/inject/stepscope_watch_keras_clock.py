@@ -7,9 +7,10 @@ of the graph, and the graph blocks on it until the input pipeline has a batch. S
 clocked there, the consumer's side, whatever the pipeline is (a Python generator, ``tf.data``
 maps, a prefetch buffer): each fetch traced into a graph gets a clock op before it and one after
 the batch's tensors, and adds (1, the difference, the batch's size, 1) to a running sum held in
-one small variable (``GraphClock``): the last column numbers the fetches. As each step's graph
-work ends (below) the graph writes the sum as of its fetch, with that end, into a row of a ring,
-a second variable. The loop reads the ring every ``POLL_S``, not every step, and a step's
+one small variable (``GraphClock``): the last column numbers the fetches. Beside each step's
+work the graph writes the sum as of its fetch into a row of a ring, a second variable, and as
+the work ends (below) that end into the row's place in a third. The loop reads both every
+``POLL_S``, not every step, and a step's
 fetches are the difference between the rows as of its start and its end (marks on the same
 clock): a step's figures wait for the next read, or the phase's end.
 That read is an eager op whose cost is TensorFlow's runtime, not the copy: ~100 us of the
@@ -19,18 +20,20 @@ threads. Made once a step it was half of what watching cost an 8 ms step (docs/p
 The end of each step's graph work is clocked too (``GraphClock.ended``, traced after the step's
 outputs): what a graph call takes after it is the call's return, and as it returns the loop's
 thread must take the GIL back, which loading threads that run Python may hold for a
-switch interval (5 ms) or more. The end is kept in the step's row of the ring, with the start
-of the graph that clocked it: the first fetch's first clock op has no inputs, so it runs as the
+switch interval (5 ms) or more. The end is kept beside the step's row of the ring, with the
+start of the graph that clocked it: the first fetch's first clock op has no inputs, so it runs as the
 graph starts. The call's time before that start (its dispatch) and after the end
 (its return) is paid once per call, which ``steps_per_execution`` divides.
 
 The clock's ops run on the graph's threads, each costing the executor a few microseconds of a
 core the step's own work wants (2 busy cores here): few ops, and few after the work, where each
-delays the call's return. The sum is read for the ring as soon as the step's fetch is clocked,
-beside the step's work, so three ops wait for the work to end (the end's clock, the row, its
-write); the chain of nine this replaced cost each call of the bench CNN's 4.4 ms step ~60 us
-more (bench/watch_keras_clock_ab.py --interleave step: fetch and end clocks +124 us a call,
-now +59 to +71; docs/performance.md). The pipeline is untouched. (A ring of per-fetch rows, read
+delays the call's return. The row is written as soon as the step's fetch is clocked, beside
+the step's work, so two ops wait for the work to end: the end's clock and its write. With the
+row written after the work too (three ops: the end's clock, the row, its write), the end of the
+bench CNN's call came ~13 us later at 4 ms a step and ~33 us at 9 ms, against ~3-5 now (the
+profiler's timeline of the call, docs/performance.md); the chain of nine before that cost each
+call ~60 us more (bench/watch_keras_clock_ab.py --interleave step: fetch and end clocks +124 us
+a call, then +59 to +71). The pipeline is untouched. (A ring of per-fetch rows, read
 every step, cost ~100 us more in ops and its read ~150 us in Python; the mark this replaced,
 appended to the pipeline, ran on the pipeline's thread and cost the bench CNN ~5 % of its
 throughput on 2 cores: docs/performance.md.)
@@ -70,7 +73,9 @@ class GraphClock:
         self.on_eager = on_eager
         self.sums: Any = None
         self.ring: Any = None
-        self.read: Callable[[], Any] = lambda: self.ring.numpy()
+        self.step_ends: Any = None  # the end column of the ring, a variable of its own
+        self.read: Callable[[], Any] = lambda: _with_ends(self.ring.numpy(),
+                                                          self.step_ends.numpy())
         self.lock = threading.Lock()
         # The ring's rows read so far, oldest first (their ends, for bisect), the last one
         # forgotten (the sums as of then), the last sequence number read, and when the last
@@ -93,12 +98,15 @@ class GraphClock:
                                         name="stepscope_fetch_clock")
                 self.ring = tf.Variable(tf.zeros([RING_ROWS, COLS], tf.float64),
                                         trainable=False, name="stepscope_fetch_clock_ring")
+                self.step_ends = tf.Variable(tf.zeros([RING_ROWS], tf.float64),
+                                             trainable=False, name="stepscope_fetch_clock_ends")
                 try:  # the bare read op: ~6 us here, where Variable.numpy() took ~18
                     from tensorflow.python.ops import gen_resource_variable_ops as ops
 
-                    handle, dtype = self.ring.handle, tf.float64
+                    handle, ends, dtype = self.ring.handle, self.step_ends.handle, tf.float64
                     ops.read_variable_op(handle, dtype)._numpy()
-                    self.read = lambda: ops.read_variable_op(handle, dtype)._numpy()
+                    self.read = lambda: _with_ends(ops.read_variable_op(handle, dtype)._numpy(),
+                                                   ops.read_variable_op(ends, dtype)._numpy())
                 except Exception:  # another TensorFlow: the public read
                     pass
 
@@ -137,8 +145,9 @@ class GraphClock:
 
     def ended(self, outputs: Any) -> None:
         """A step's graph work is done once ``outputs`` (its results, as traced) and every
-        stateful op traced before them have run: clock it there and write the ring's next row,
-        the sums as of the step's fetch with that end. Nothing outside a graph."""
+        stateful op traced before them have run: clock it there. The ring's next row, the sums
+        as of the step's fetch, is written beside the work; the end alone after it, in its
+        place in ``step_ends``. Nothing outside a graph."""
         tf = self.tf
         if not tf.inside_function():
             return
@@ -153,9 +162,9 @@ class GraphClock:
         fetched = getattr(graph, "_stepscope_fetched", None)
         handle = self.sums.handle
         with tf.device("/CPU:0"):
-            # The sums (and the row's number) are read as soon as this graph's fetch is clocked,
-            # beside the step's work, so that three ops wait for the work to end: the end's
-            # clock, the row and its write (see the module's docstring for what each costs). A
+            # The sums (and the row's number) are read and the row written as soon as this
+            # graph's fetch is clocked, beside the step's work, so that two ops wait for the
+            # work to end: the end's clock and its write (see the module's docstring). A
             # graph with no fetch of its own (under ``steps_per_execution`` the branch that runs
             # a step; the fetches are in another) numbers its row and reads the sums after the
             # work, so they count every fetch made by then.
@@ -167,11 +176,14 @@ class GraphClock:
             with tf.control_dependencies([fetched]):
                 sums = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float64)
                 at = tf.cast(sums[6], tf.int64) % RING_ROWS
+                row = sums if start is None else tf.tensor_scatter_nd_update(
+                    sums, tf.constant([[5]]), tf.reshape(start, [1]))
+                tf.raw_ops.ResourceScatterUpdate(resource=self.ring.handle, indices=at,
+                                                 updates=row)
             with tf.control_dependencies(deps):
                 end = tf.timestamp()
-            at_end = tf.stack([end, tf.constant(0.0, tf.float64) if start is None else start])
-            row = tf.tensor_scatter_nd_update(sums, tf.constant([[4], [5]]), at_end)
-            tf.raw_ops.ResourceScatterUpdate(resource=self.ring.handle, indices=at, updates=row)
+            tf.raw_ops.ResourceScatterUpdate(resource=self.step_ends.handle, indices=at,
+                                             updates=end)
 
     def poll(self, pending: int | None = None) -> None:
         """Read the ring (one eager op), keeping the rows not read before. With ``pending``
@@ -186,7 +198,9 @@ class GraphClock:
         if pending is not None and at - self.polled_at < POLL_S and pending < RING_ROWS // 4:
             return
         rows = self.read()
-        new = rows[rows[:, 6] > self.seen]
+        # a row whose end is older than its start is a step still running (a read from
+        # another thread): left out, its fetches count in the next row (the sums run on)
+        new = rows[(rows[:, 6] > self.seen) & (rows[:, 4] >= rows[:, 5])]
         if len(new):
             got: list[list[float]] = new[new[:, 6].argsort()].tolist()
             self.seen = got[-1][6]
@@ -210,6 +224,13 @@ class GraphClock:
         a, b = self.floor, self.rows[j - 1] if j else self.floor
         fetches, waited, images, unknown = (b[k] - a[k] for k in range(4))
         return round(fetches), waited, -1 if unknown > 0.5 else round(images), b[4], b[5]
+
+
+def _with_ends(rows: Any, ends: Any) -> Any:
+    """The ring's rows with each step's end, kept in a variable of its own, in column 4."""
+    rows = rows.copy()
+    rows[:, 4] = ends
+    return rows
 
 
 def _called_graph(graph: Any) -> bool:
