@@ -13,7 +13,7 @@ the work ends (below) that end into the row's place in a third. The loop reads b
 ``POLL_S``, not every step, and a step's
 fetches are the difference between the rows as of its start and its end (marks on the same
 clock): a step's figures wait for the next read, or the phase's end.
-That read is an eager op whose cost is TensorFlow's runtime, not the copy: ~100 us of the
+A read is an eager op whose cost is TensorFlow's runtime, not the copy: ~100 us of the
 loop's time right after a call, and several hundred microseconds of CPU over TensorFlow's
 threads. Made once a step it was half of what watching cost an 8 ms step (docs/performance.md).
 
@@ -21,22 +21,22 @@ The end of each step's graph work is clocked too (``GraphClock.ended``, traced a
 outputs): what a graph call takes after it is the call's return, and as it returns the loop's
 thread must take the GIL back, which loading threads that run Python may hold for a
 switch interval (5 ms) or more. The end is kept beside the step's row of the ring, with the
-start of the graph that clocked it: the first fetch's first clock op has no inputs, so it runs as the
-graph starts. The call's time before that start (its dispatch) and after the end
+start of the graph that clocked it: the first fetch's first clock op has no inputs, so it runs
+as the graph starts. The call's time before that start (its dispatch) and after the end
 (its return) is paid once per call, which ``steps_per_execution`` divides.
 
 The clock's ops run on the graph's threads, each costing the executor a few microseconds of a
 core the step's own work wants (2 busy cores here): few ops, and few after the work, where each
 delays the call's return. The row is written as soon as the step's fetch is clocked, beside
 the step's work, so two ops wait for the work to end: the end's clock and its write. With the
-row written after the work too (three ops: the end's clock, the row, its write), the end of the
-bench CNN's call came ~13 us later at 4 ms a step and ~33 us at 9 ms, against ~3-5 now (the
-profiler's timeline of the call, docs/performance.md); the chain of nine before that cost each
-call ~60 us more (bench/watch_keras_clock_ab.py --interleave step: fetch and end clocks +124 us
-a call, then +59 to +71). The pipeline is untouched. (A ring of per-fetch rows, read
-every step, cost ~100 us more in ops and its read ~150 us in Python; the mark this replaced,
-appended to the pipeline, ran on the pipeline's thread and cost the bench CNN ~5 % of its
-throughput on 2 cores: docs/performance.md.)
+row written after the work too (the end's clock, the row, its write), the end of the bench
+CNN's call came ~19 us later at 4 ms a step and ~34 us at 9 ms, against ~3-5 now
+(bench/watch_keras_call_timeline.py, TensorFlow's profiler; docs/performance.md); the chain of
+nine before that cost each call ~60 us more (bench/watch_keras_clock_ab.py --interleave step:
+fetch and end clocks +124 us a call, then +59 to +71). The pipeline is untouched. (A ring of
+per-fetch rows, read every step, cost ~100 us more in ops and its read ~150 us in Python; the
+mark this replaced, appended to the pipeline, ran on the pipeline's thread and cost the bench
+CNN ~5 % of its throughput on 2 cores: docs/performance.md.)
 
 A fetch run eagerly (``run_eagerly=True``) is timed in Python instead, on the loop's thread.
 
@@ -186,11 +186,11 @@ class GraphClock:
                                              updates=end)
 
     def poll(self, pending: int | None = None) -> None:
-        """Read the ring (one eager op), keeping the rows not read before. With ``pending``
-        (rows the loop waits for) only when due: ``POLL_S`` after the last read, or with a
-        quarter of the ring unread. The read costs the loop ~100 us right after a graph call
-        and more after a pause (TensorFlow's runtime gone cold): once a step, it was half of
-        what watching cost an 8 ms step (docs/performance.md)."""
+        """Read the ring and its ends (an eager op each), keeping the rows not read before.
+        With ``pending`` (rows the loop waits for) only when due: ``POLL_S`` after the last
+        read, or with a quarter of the ring unread. A read costs the loop ~100 us right after a
+        graph call and more after a pause (TensorFlow's runtime gone cold): once a step, it was
+        half of what watching cost an 8 ms step (docs/performance.md)."""
         at = time.time()
         if self.ring is None:  # not made: no graph has clocked a step
             self.polled_at = at
