@@ -141,9 +141,8 @@ def _figures(events: list[Event]) -> dict[str, dict[str, list[float]]]:
         conv = first(lambda n: "conv2d" in n and "Conv2D" in n and "gradient" not in n)
         logs = first(lambda n: "OptionalFromValue" in n)
         done = first(lambda n: n == "ExecutorDoneCallback")
-        if None in (run, fetch, conv, logs, done):
+        if run is None or fetch is None or conv is None or logs is None or done is None:
             continue  # a call the profiler caught in part
-        assert run and fetch and conv and logs and done
         f = out.setdefault(k, {})
         for m, v in (("call", t1 - t0), ("run", run[3]),
                      ("start: to the fetch", fetch[2] + fetch[3] - run[2]),
