@@ -29,6 +29,8 @@ import math
 import os
 import socket
 import sys
+import weakref
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -245,15 +247,30 @@ def _hook_model(ddp: Any, dist: Any, rec: Recorder, register: Any) -> None:
 
 
 class ArrivalTimer:
-    """The comm hook's state: the current step's buckets and the all-reduce sequence number."""
+    """The comm hook's state: the current step's buckets and the all-reduce sequence number.
+
+    It holds the model's process group weakly. Each bucket's callback runs on a gloo worker
+    thread and refers to this state; were the state an owner of the group, the last reference
+    could be dropped on that thread once the script has let go of its model and destroyed the
+    group, and ``~ProcessGroupGloo`` joining its own thread aborts the process ("terminate
+    called after throwing an instance of 'std::system_error' ... Resource deadlock avoided",
+    SIGABRT). DDP's own hook state owns nothing a worker thread could free.
+    """
 
     def __init__(self, rec: Recorder, group: Any) -> None:
         self.rec = rec
-        self.group = group
+        try:
+            self._group: Callable[[], Any] = weakref.ref(group)
+        except TypeError:  # None (the default group), or a group type without weak references
+            self._group = lambda: group
         self.seq = 0
         self.buckets = 0
         self.comm_s = 0.0
         self._covered_until = -math.inf
+
+    def group(self) -> Any:
+        """The process group to reduce over (alive: the model being reduced holds it)."""
+        return self._group()
 
     def done(self, t0: float, t1: float, last: bool) -> None:
         """A bucket's all-reduce completed (futures complete in order on one group)."""
@@ -281,7 +298,7 @@ def timed_allreduce(state: ArrivalTimer, bucket: Any) -> Any:
     tensor = bucket.buffer()
     t0 = state.rec.clock()
     last = bool(bucket.is_last())
-    group = state.group
+    group = state.group()
     size = group.size() if group is not None else dist.get_world_size()
     # Divide first, as DDP's default hook does, so fp16 sums cannot overflow.
     work = dist.all_reduce(tensor.div_(size), group=group, async_op=True)
