@@ -12,7 +12,11 @@ middle (the model's own work, where the copies' noise is):
 - ``start``: from the graph's start (``KernelAndDeviceFunc::Run``) to the batch fetched
   (``IteratorGetNextOp::DoCompute`` ends) and on to the first convolution's start;
 - ``end``: from Keras's last op (``OptionalFromValue``, the step's logs) to the executor's done
-  callback, and on to the run's end.
+  callback, and on to the run's end;
+- ``tasks``: how many tasks the executor ran for the call (``ExecutorState::Process``). A node made
+  ready by an asynchronous op (the fetch), or beside another ready node while TensorFlow's
+  cost model still deems it expensive (a decayed average of its cycles over 8,000), is handed
+  to the inter-op pool as a task of its own instead of run inline.
 
 Three copies of the bench CNN (``bench/keras_cnn.py``, tf.data input): ``bare`` and ``bare2``
 traced before watch's hooks (the second is the control: how far two identical copies read
@@ -24,7 +28,8 @@ Usage:
     PYTHONPATH=src .venv/bin/python bench/watch_keras_call_timeline.py [--calls 150]
         [--image-px 32]
 
-The last line is one JSON object: every copy's figures less ``bare``'s, in microseconds.
+The last line is one JSON object: every copy's figures less ``bare``'s, in microseconds (tasks:
+a count, the mean over calls).
 """
 
 from __future__ import annotations
@@ -91,15 +96,20 @@ def main() -> None:
         events = _events(glob.glob(f"{logdir}/plugins/profile/*/*.xplane.pb")[0])
     figures = _figures(events)
     bare = figures["bare"]
-    less = {k: {m: round(statistics.median(v) - statistics.median(bare[m]), 1)
+    less = {k: {m: round(_center(m, v) - _center(m, bare[m]), 2)
                 for m, v in f.items()} for k, f in figures.items() if k != "bare"}
     for m in bare:
-        print(f"{m:22s} bare {statistics.median(bare[m]):8.1f} us; "
+        print(f"{m:22s} bare {_center(m, bare[m]):8.1f}; "
               + ", ".join(f"{k} {less[k][m]:+.1f}" for k in less))
     print(json.dumps({"figure": "watch_keras_call_timeline_us", "calls": args.calls,
                       "image_px": args.image_px,
-                      "bare_us": {m: round(statistics.median(v), 1) for m, v in bare.items()},
+                      "bare_us": {m: round(_center(m, v), 2) for m, v in bare.items()},
                       "less_bare_us": less}))
+
+
+def _center(metric: str, values: list[float]) -> float:
+    """Times: the median call. Task counts, a few integers: their mean, which can tell 0.5."""
+    return statistics.mean(values) if metric.startswith("tasks") else statistics.median(values)
 
 
 def _events(path: str) -> list[Event]:
@@ -144,6 +154,10 @@ def _figures(events: list[Event]) -> dict[str, dict[str, list[float]]]:
         if run is None or fetch is None or conv is None or logs is None or done is None:
             continue  # a call the profiler caught in part
         f = out.setdefault(k, {})
+        # The executor's tasks (``Process``: a ready node handed to the inter-op pool, which may
+        # wake a parked worker): a clock op dispatched on its own instead of run inline by the
+        # thread that made it ready adds one
+        f.setdefault("tasks (count)", []).append(sum(1 for e in w if e[1].endswith("::Process")))
         for m, v in (("call", t1 - t0), ("run", run[3]),
                      ("start: to the fetch", fetch[2] + fetch[3] - run[2]),
                      ("start: fetch to conv", conv[2] - fetch[2] - fetch[3]),
