@@ -48,8 +48,9 @@ def _watch(tmp_path: Path, launcher: list[str], script: str, **env: str
     for _ in range(2):
         res = subprocess.run(cmd, cwd=tmp_path, env=full_env, capture_output=True, text=True,
                              timeout=600)
-        # Two CI runs' ranks aborted in torch's C++ teardown after all their steps (std::terminate,
-        # SIGABRT; one said "without an active exception", the other's message was cut off).
+        # A rehearsal's rank and a CI run's aborted in torch's C++ teardown after all their steps
+        # (std::terminate, SIGABRT; the first said "without an active exception", the second's
+        # message was cut off).
         # One way there was watch's (its comm hook owned the process group: see
         # test_the_comm_hooks_state_never_frees_the_process_group_on_its_own_thread); the
         # rest is not explained, and none of ~120 runs here showed it. What is asserted
