@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,9 @@ def _watch(tmp_path: Path, launcher: list[str], script: str, **env: str
         # is the job's record, not torch's exit: the run is made once more and says so.
         if not _aborted_in_teardown(res.stderr):
             break
-        print(f"a rank aborted in torch's teardown; run again: {res.stderr[-500:]}")
+        # a warning, not a print: pytest lists it in the summary of a run that passed
+        warnings.warn(f"a rank aborted in torch's teardown; run again: {res.stderr[-500:]}",
+                      stacklevel=2)
         shutil.rmtree(run, ignore_errors=True)
     summary = json.loads((run / "summary.json").read_text())
     return res, run, summary
@@ -214,7 +217,7 @@ def _run_nodes(make_cmds: Callable[[], list[list[str]]], cwd: Path, env: dict[st
 
     Should a rank abort in torch's teardown (see ``_watch``), its node's agent fails at once and
     the other node's agent would wait out torchrun's 300 s exit barrier for it: that node is
-    killed with its processes and all is run once more, saying so.
+    killed with its processes and all is run once more, saying so (a warning).
     """
     for attempt in range(2):
         cmds = make_cmds()
@@ -240,7 +243,8 @@ def _run_nodes(make_cmds: Callable[[], list[list[str]]], cwd: Path, env: dict[st
         aborted = [o for c, o in zip(codes, outs, strict=True) if c != 0 and _aborted_in_teardown(o)]
         if not aborted or attempt:
             return list(zip(codes, outs, strict=True))
-        print("a rank aborted in torch's teardown; run again:", _teardown_lines(aborted[0]))
+        warnings.warn("a rank aborted in torch's teardown; run again: "
+                      + _teardown_lines(aborted[0]), stacklevel=2)
     raise AssertionError("unreachable")
 
 
