@@ -40,6 +40,19 @@ def _aborted_in_teardown(out: str) -> bool:
     return ABORTED_TEARDOWN in out
 
 
+def _teardown_lines(out: str) -> str:
+    """What a rank said as it died in C++ (std::terminate, gloo's enforce), not cut by a tail."""
+    return "\n".join(line for line in out.splitlines()
+                     if "terminate called" in line or "what():" in line or "SIGABRT" in line)
+
+
+def _warn_rerun(out: str) -> None:
+    """Say that a job is run once more after such an abort: a warning, not a print, as pytest
+    lists warnings in the summary of a run that passed."""
+    warnings.warn(f"a rank aborted in torch's teardown; run again: {_teardown_lines(out)}",
+                  stacklevel=3)
+
+
 def _watch(tmp_path: Path, launcher: list[str], script: str, **env: str
            ) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, Any]]:
     run = tmp_path / "run"
@@ -58,9 +71,7 @@ def _watch(tmp_path: Path, launcher: list[str], script: str, **env: str
         # is the job's record, not torch's exit: the run is made once more and says so.
         if not _aborted_in_teardown(res.stderr):
             break
-        # a warning, not a print: pytest lists it in the summary of a run that passed
-        warnings.warn(f"a rank aborted in torch's teardown; run again: {res.stderr[-500:]}",
-                      stacklevel=2)
+        _warn_rerun(res.stderr)
         shutil.rmtree(run, ignore_errors=True)
     summary = json.loads((run / "summary.json").read_text())
     return res, run, summary
@@ -243,15 +254,8 @@ def _run_nodes(make_cmds: Callable[[], list[list[str]]], cwd: Path, env: dict[st
         aborted = [o for c, o in zip(codes, outs, strict=True) if c != 0 and _aborted_in_teardown(o)]
         if not aborted or attempt:
             return list(zip(codes, outs, strict=True))
-        warnings.warn("a rank aborted in torch's teardown; run again: "
-                      + _teardown_lines(aborted[0]), stacklevel=2)
+        _warn_rerun(aborted[0])
     raise AssertionError("unreachable")
-
-
-def _teardown_lines(out: str) -> str:
-    """What a rank said as it died in C++ (std::terminate, gloo's enforce), not cut by a tail."""
-    return "\n".join(line for line in out.splitlines()
-                     if "terminate called" in line or "what():" in line or "SIGABRT" in line)
 
 
 @pytest.mark.slow
