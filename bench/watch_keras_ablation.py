@@ -11,6 +11,11 @@ all arms alike. The parts are left out in a temporary copy of ``src/`` (switches
 - ``keras``: every Keras hook (the ``keras`` import hook returns at once): what is left is the
   watching parent, the injected ``sitecustomize`` and the framework-neutral hooks;
 - ``pool``: PyDataset worker timing; ``gil``: the loop thread's GIL clocks;
+- ``record``: the loop's step windows (``KerasSteps.batch_begin`` returns at once: no step is
+  closed, settled or sent; the phases still are);
+- ``nice``: not a part left out but watch's parent (its threads and its autogroup) run at
+  nice 19 from the child's start, so that it takes a core the job's threads want only when
+  neither wants it;
 - ``control``: not an ablation but a second bare run in the same rotation, so each round shows
   how far two bare runs read apart beside what watching costs.
 
@@ -18,7 +23,8 @@ A patch whose anchor text is gone (the code moved on) stops the bench with the a
 
 Usage:
     .venv/bin/python bench/watch_keras_ablation.py [--rounds 6] [--input pydataset|tfdata]
-        [--arms control end end,fetch,calls keras pool,gil] [--epochs 4] [--cpus 1] [--image-px 64]
+        [--arms control end end,fetch,calls keras pool,gil nice record] [--epochs 4] [--cpus 1]
+        [--image-px 64]
     .venv/bin/python bench/watch_keras_ablation.py --pool RUN1.log RUN2.log [...]
 
 The bare arm's throughput is printed each round: on a host whose bare runs swing by more than a
@@ -93,6 +99,20 @@ PATCHES = [
      "    if not (in_process or (kind == \"tf.data\" and py_funcs_made())):\n",
      "    import os\n    if \"gil\" in os.environ.get(\"ABL\", \"\") or not (in_process or (\n"
      "            kind == \"tf.data\" and py_funcs_made())):\n"),
+    (Path("stepscope/observe/watch.py"),
+     "        os.close(write_fd)  # only the child (and its forks) may hold the write end\n",
+     "        os.close(write_fd)  # only the child (and its forks) may hold the write end\n"
+     '    if "nice" in os.environ.get("ABL", ""):\n'
+     "        os.setpriority(os.PRIO_PROCESS, 0, 19)\n"
+     '        with open("/proc/self/autogroup", "w") as f:\n'
+     '            f.write("19")\n'),
+    (INJECT / "stepscope_watch_keras_steps.py",
+     "MAX_CALL_SAMPLES = 20_000",
+     '_ABL_RECORD = "record" in __import__("os").environ.get("ABL", "")\n'
+     "MAX_CALL_SAMPLES = 20_000"),
+    (INJECT / "stepscope_watch_keras_steps.py",
+     "    def batch_begin(self, batch: int) -> None:\n",
+     "    def batch_begin(self, batch: int) -> None:\n        if _ABL_RECORD:\n            return\n"),
 ]
 
 
@@ -121,6 +141,13 @@ def _median_interval(xs: list[float]) -> tuple[float, float]:
 
 # An epoch under this share of its round's fastest ran in one of the slowed phases below.
 SLOW_PHASE = 0.75
+
+
+def _arm_name(arm: str, control: str = "control") -> str:
+    """How an arm is named in the output: the watch, the control, what it leaves out."""
+    if arm == "nice":
+        return "parent at nice 19"
+    return {"": "watch", "control": control}.get(arm, f"without {arm}")
 
 
 def _fast(img_s: float, top: float) -> bool:
@@ -385,6 +412,9 @@ def main() -> None:
                                  args.steps, 1.0, args.input, epochs=args.epochs,
                                  px=args.image_px)
                 os.environ.pop("ABL", None)
+                if "nice" in a:  # this process was watch's parent: back to the bare runs' nice
+                    os.setpriority(os.PRIO_PROCESS, 0, 0)
+                    Path("/proc/self/autogroup").write_text("0")
                 runs[a].append(out)
                 epochs[a] = out["epochs_img_s"]
             for a, m in _fast_medians(epochs).items():
@@ -401,10 +431,19 @@ def main() -> None:
                                  "bare_img_s": [round(x) for x in rates["bare"]]}
     for a in arms[1:]:
         ratios = [x / b for x, b in zip(rates[a], rates["bare"], strict=True)]
-        name = {"": "watch", "control": "control (bare)"}.get(a, f"without {a}")
+        name = _arm_name(a, "control (bare)")
         print(f"{name}: watched/bare median {statistics.median(ratios):.3f} "
               f"({min(ratios):.3f}-{max(ratios):.3f})")
         result[name] = round(statistics.median(ratios), 4)
+    # The training process's own CPU per image (each run's leanest epoch after the first):
+    # the direct cost, which the host's slowed phases move less than the wall clock.
+    cpu = {a: [float(o["cpu_s_per_image"]) for o in runs[a]] for a in arms}
+    for a in arms[1:]:
+        ratios = [x / b for x, b in zip(cpu[a], cpu["bare"], strict=True)]
+        name = _arm_name(a, "control (bare)")
+        print(f"{name}: training-process CPU per image / bare's, median "
+              f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+        result[f"{name}, CPU per image"] = round(statistics.median(ratios), 4)
     if "control" in rates:  # watched against the other bare run of the same round
         ratios = [x / c for x, c in zip(rates[""], rates["control"], strict=True)]
         print(f"watch/control median {statistics.median(ratios):.3f} "
@@ -413,7 +452,7 @@ def main() -> None:
         # Against both bare runs of each round (their geometric mean), every arm.
         for a in arms[1:]:
             if a != "control":
-                key = "watch" if a == "" else f"without {a}"
+                key = _arm_name(a)
                 result.update(_against_bare(key, "best epoch", list(rates[a]),
                                             list(rates["bare"]), list(rates["control"])))
                 result.update(_against_bare(key, "fast epochs", fast[a], fast["bare"],
@@ -427,7 +466,7 @@ def main() -> None:
     base = [b + c for b, c in zip(fast_by_round["bare"], fast_by_round["control"], strict=True)] \
         if "control" in arms else fast_by_round["bare"]
     for a in arms[1:]:
-        name = {"": "watch", "control": "control"}.get(a, f"without {a}")
+        name = _arm_name(a)
         result.update(_pooled_fast(name, fast_by_round[a],
                                    fast_by_round["bare"] if a == "control" else base))
     # Where a fast epoch's step goes: in the graph calls (the clocks' ops are there) or outside
