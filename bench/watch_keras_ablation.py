@@ -385,6 +385,9 @@ def main() -> None:
         return
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch traces and is not compared")
+    if any("nice" in a for a in args.arms) and os.geteuid() != 0:
+        parser.error("the nice arm needs root: this process is watch's parent and is set back "
+                     "to nice 0 after each of its runs, which only root may do")
     if args.cpus is not None:
         # Children inherit the affinity: bare, watched and watch's parent alike.
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
