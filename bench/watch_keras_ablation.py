@@ -40,8 +40,13 @@ every run, and watch's parent, to one core: TensorFlow then runs one intra-op th
 that core's slow phases hit a run, and the parent's sampling competes with the training for it
 (the cost a job pays when it has no core to spare). Each arm's median step over its fast
 epochs is split into its graph calls (the script times ``Context.call_function``; the graph
-clocks' ops are in there) and the rest (the Keras loop's Python, watch's hooks). The last line is
-one JSON object, with every arm's epochs (img/s) for a second look.
+clocks' ops are in there) and the rest (the Keras loop's Python, watch's hooks). Each arm's
+training-process CPU per image and its loop thread's CPU a training step (``time.thread_time``
+in the script's epoch callbacks, which Keras calls on the loop's thread; each run's leanest
+epoch after the first) are set against bare's: the direct cost, on the thread that paces a
+Keras step to ~±15 us a step, where a whole run reads ±1 %. ``--steps 1200 --epochs 2`` makes
+that epoch long. The last line is one JSON object, with every arm's epochs (img/s) for a second
+look.
 
 ``--pool`` runs nothing: it pools earlier runs (each one's saved output, made with ``control``
 among the arms and the same input, epochs, cores and image side). On this host the same code
@@ -447,6 +452,18 @@ def main() -> None:
         print(f"{name}: training-process CPU per image / bare's, median "
               f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
         result[f"{name}, CPU per image"] = round(statistics.median(ratios), 4)
+    # The loop thread's own CPU a training step (each run's leanest epoch): the thread that
+    # paces a Keras step, where watch's Python and what the graph runs inline on it land.
+    loop = {a: [float(o["loop_cpu_us_per_step"]) for o in runs[a]] for a in arms}
+    bare_loop = statistics.median(loop["bare"])
+    print(f"bare: the loop thread's CPU a step {bare_loop:.0f} us (median of the runs' leanest "
+          f"epochs, {min(loop['bare']):.0f}-{max(loop['bare']):.0f})")
+    for a in arms[1:]:
+        name = _arm_name(a, "control (bare)")
+        got = statistics.median(loop[a])
+        print(f"{name}: the loop thread's CPU a step {got:.0f} us "
+              f"({min(loop[a]):.0f}-{max(loop[a]):.0f}), {got - bare_loop:+.0f} over bare")
+        result[f"{name}, loop thread us a step over bare"] = round(got - bare_loop, 1)
     if "control" in rates:  # watched against the other bare run of the same round
         ratios = [x / c for x, c in zip(rates[""], rates["control"], strict=True)]
         print(f"watch/control median {statistics.median(ratios):.3f} "
