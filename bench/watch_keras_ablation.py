@@ -155,6 +155,20 @@ def _arm_name(arm: str, control: str = "control") -> str:
     return {"": "watch", "control": control}.get(arm, f"without {arm}")
 
 
+def _against_bare_run(label: str, series: dict[str, list[float]],
+                      arms: list[str]) -> dict[str, float]:
+    """Each arm's figure over the bare run of its round: the median (and range) printed under
+    ``label``, and the medians by arm name."""
+    out: dict[str, float] = {}
+    for a in arms[1:]:
+        ratios = [x / b for x, b in zip(series[a], series["bare"], strict=True)]
+        name = _arm_name(a, "control (bare)")
+        print(f"{name}: {label} median {statistics.median(ratios):.3f} "
+              f"({min(ratios):.3f}-{max(ratios):.3f})")
+        out[name] = round(statistics.median(ratios), 4)
+    return out
+
+
 def _fast(img_s: float, top: float) -> bool:
     """An epoch at or over ``SLOW_PHASE`` of ``top`` (the round's or the bench's fastest)."""
     return img_s >= SLOW_PHASE * top
@@ -437,21 +451,12 @@ def main() -> None:
                                  "runs": args.rounds, "epochs": args.epochs,
                                  "cpus": args.cpus, "image_px": args.image_px,
                                  "bare_img_s": [round(x) for x in rates["bare"]]}
-    for a in arms[1:]:
-        ratios = [x / b for x, b in zip(rates[a], rates["bare"], strict=True)]
-        name = _arm_name(a, "control (bare)")
-        print(f"{name}: watched/bare median {statistics.median(ratios):.3f} "
-              f"({min(ratios):.3f}-{max(ratios):.3f})")
-        result[name] = round(statistics.median(ratios), 4)
+    result.update(_against_bare_run("watched/bare", rates, arms))
     # The training process's own CPU per image (each run's leanest epoch after the first):
     # the direct cost, which the host's slowed phases move less than the wall clock.
     cpu = {a: [float(o["cpu_s_per_image"]) for o in runs[a]] for a in arms}
-    for a in arms[1:]:
-        ratios = [x / b for x, b in zip(cpu[a], cpu["bare"], strict=True)]
-        name = _arm_name(a, "control (bare)")
-        print(f"{name}: training-process CPU per image / bare's, median "
-              f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
-        result[f"{name}, CPU per image"] = round(statistics.median(ratios), 4)
+    result.update({f"{name}, CPU per image": ratio for name, ratio in _against_bare_run(
+        "training-process CPU per image / bare's,", cpu, arms).items()})
     # The loop thread's own CPU a training step (each run's leanest epoch): the thread that
     # paces a Keras step, where watch's Python and what the graph runs inline on it land.
     loop = {a: [float(o["loop_cpu_us_per_step"]) for o in runs[a]] for a in arms}
