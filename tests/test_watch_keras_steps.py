@@ -54,8 +54,8 @@ class _FetchClock:
         self.start = 0.0  # ... and the start of its graph
         self.seen = 1.0  # the ring's latest row: steps' ends were clocked
 
-    def poll(self, pending: int | None = None) -> None:
-        pass
+    def poll(self, pending: int | None = None) -> bool:
+        return True  # read at once
 
     def between(self, t_from: float, t_to: float) -> tuple[int, float, int, float, float]:
         return (*(self.rows.pop(0) if self.rows else (0, 0.0, -1)), self.end, self.start)

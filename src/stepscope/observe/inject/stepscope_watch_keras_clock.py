@@ -185,18 +185,19 @@ class GraphClock:
             tf.raw_ops.ResourceScatterUpdate(resource=self.step_ends.handle, indices=at,
                                              updates=end)
 
-    def poll(self, pending: int | None = None) -> None:
+    def poll(self, pending: int | None = None) -> bool:
         """Read the ring and its ends (an eager op each), keeping the rows not read before.
         With ``pending`` (rows the loop waits for) only when due: ``POLL_S`` after the last
         read, or with a quarter of the ring unread. A read costs the loop ~100 us right after a
         graph call and more after a pause (TensorFlow's runtime gone cold): once a step, it was
-        half of what watching cost an 8 ms step (docs/performance.md)."""
+        half of what watching cost an 8 ms step (docs/performance.md). Returns whether it
+        read: until it does, no step closed since the last read can be settled."""
         at = time.time()
         if self.ring is None:  # not made: no graph has clocked a step
             self.polled_at = at
-            return
+            return True
         if pending is not None and at - self.polled_at < POLL_S and pending < RING_ROWS // 4:
-            return
+            return False
         rows = self.read()
         # a row whose end is older than its start is a step still running (a read from
         # another thread): left out, its fetches count in the next row (the sums run on)
@@ -207,6 +208,7 @@ class GraphClock:
             self.rows += got
             self.ends += [r[4] for r in got]
         self.polled_at = at
+        return True
 
     def between(self, t_from: float, t_to: float) -> tuple[int, float, int, float, float] | None:
         """(fetches, seconds waited, images; -1 when a fetch's size is unknown) clocked by the

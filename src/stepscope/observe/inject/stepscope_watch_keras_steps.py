@@ -121,7 +121,7 @@ class _Closed:
     wall: tuple[float, float]  # the same window on the graph clock's (time.time())
     blocked_s: float  # timed pulls and eager fetches
     images: int | None  # counted as pulled, if any
-    counted: int  # Keras's count of the step's images
+    first: int  # the step's first batch (Keras's count of its images, when needed)
     graph_s: float
     graph_calls: int
     last_call: tuple[float, float]
@@ -137,6 +137,7 @@ class _Closed:
 
 
 NO_FETCHES = (0, 0.0, -1, 0.0, 0.0)  # GraphClock.between where there is no graph clock
+NO_GIL = (0.0, 0.0)  # KerasSteps._gil_now where loading runs no Python in the process
 STAMP_WAIT_S = 0.05
 
 
@@ -343,7 +344,7 @@ class KerasSteps:
         """(the loop thread's off-CPU clock, the loading threads' busy clock) now; zeros when
         not watched (see ``gil_clocks``)."""
         if self.off_cpu is None or self.loader_busy is None:
-            return 0.0, 0.0
+            return NO_GIL
         return self.off_cpu(), self.loader_busy()
 
     def _reset(self, gil: tuple[float, float] | None = None) -> None:
@@ -358,29 +359,30 @@ class KerasSteps:
         self.off0, self.busy0 = self._gil_now() if gil is None else gil
 
     def _close(self, t: float) -> None:
+        # Once a step, on the thread that paces the loop, where each microsecond is one the
+        # step takes longer: it stores what the step's figures need, and settling and sending
+        # wait for the graph clock's next read (~7 us a step in a hot loop, where settling
+        # each step as it closed took ~8.6; docs/performance.md).
         if self.t_begin is None or self.phase is None:
             return
         # read with ``t``, before the graph clock's read: that op gives up the GIL, and the
         # wait to take it back belongs to the next step, whose window opens at ``t``
-        gil = self._gil_now()
+        gil = self._gil_now() if self.off_cpu is not None else NO_GIL
         wall = time.time()
-        images = self.pulled_images if self.pulled > 0 else None
         ready = None
         if self.device_done is not None and self.device_busy is not None and self.device_busy():
             ready = self.device_done()
-        closed = _Closed(phase=self.phase, t_start=self.t_start, t=t,
-                         wall=(self.wall_from, wall), blocked_s=self.blocked_s, images=images,
-                         counted=self.images_fn(self.first, self.first + self.per_step - 1),
-                         graph_s=self.graph_s, graph_calls=self.graph_calls,
-                         last_call=self.last_call, per_step=self.per_step, pull_s=self.pull_s,
-                         callback_s=self.callback_s, gil0=(self.off0, self.busy0), gil=gil,
-                         ready=ready)
-        self._unready.append(closed)
+        closed = _Closed(self.phase, self.t_start, t, (self.wall_from, wall), self.blocked_s,
+                         self.pulled_images if self.pulled > 0 else None, self.first,
+                         self.graph_s, self.graph_calls, self.last_call, self.per_step,
+                         self.pull_s, self.callback_s, (self.off0, self.busy0), gil, ready)
+        unready = self._unready
+        unready.append(closed)
         if self.graph_clock is None:
             self._settle(closed, NO_FETCHES)
-        else:
-            self.graph_clock.poll(pending=len(self._unready) * self.per_step)
-        self._record()
+            self._record()
+        elif self.graph_clock.poll(pending=len(unready) * self.per_step):
+            self._record()  # else no step closed since the last read can be settled yet
         self.t_begin = None
         self.wall_from = wall
         self._reset(gil)
@@ -458,11 +460,16 @@ class KerasSteps:
                 else min(max(c.t_start, self._device_end), end)
             self._unready.pop(0)
             self._device_end = end
-            images = c.counted if c.images is None else c.images  # else Keras's count
-            self.rec.begin_step(c.phase, start, start + min(c.wait, end - start), images)
-            if self.rec.step is not None:
-                self.rec.step.other_s = min(c.other, max(end - start - c.wait, 0.0))
-            self.rec.end_step(end)
+            # else Keras's count: ``images_fn`` is still the step's phase's, as a phase's
+            # start and end record every step closed before them (``until``)
+            images = c.images if c.images is not None \
+                else self.images_fn(c.first, c.first + c.per_step - 1)
+            span = max(end - start, 0.0)
+            wait = min(c.wait, span)
+            other = min(c.other, span - wait)
+            self.rec.send_step(c.phase, start, span, wait, 0.0, span - wait - other, other,
+                               images)
+            self.rec.tick(end)
 
 
 def time_graph_calls(steps: KerasSteps) -> None:

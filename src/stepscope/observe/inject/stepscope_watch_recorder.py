@@ -285,12 +285,20 @@ class Recorder:
             compute = max(wall - wait - s.transfer_s - s.other_s, 0.0)
         other = max(wall - wait - s.transfer_s - compute, 0.0)
         comm = min(s.comm_s, compute)  # taken out of compute, as `stepscope train` does
+        self.send_step(ph, s.t_start, wall, wait, s.transfer_s, compute - comm, other, s.images,
+                       comm)
+        self.tick(t)
+
+    def send_step(self, ph: PhaseState, t_start: float, wall: float, wait: float,
+                  transfer: float, compute: float, other: float, images: int,
+                  comm: float = 0.0) -> None:
+        """Send a step whose split is known (the one place a step record is made). A loop that
+        splits its steps itself (Keras's) calls this directly, with :meth:`tick` after."""
         index = ph.steps
         ph.steps += 1
-        ph.images += s.images
-        self.send(["S", ph.seq, index, self.unix(s.t_start), wall, wait, s.transfer_s,
-                   compute - comm, other, s.images, index < ph.warm, comm])
-        self.tick(t)
+        ph.images += images
+        self.send(["S", ph.seq, index, t_start + self._offset, wall, wait, transfer, compute,
+                   other, images, index < ph.warm, comm])
 
     def tick(self, t: float) -> None:
         """At a step boundary: the periodic readings, at most every ``PERIODIC_EVERY_S``."""
