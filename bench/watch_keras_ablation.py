@@ -18,13 +18,17 @@ all arms alike. The parts are left out in a temporary copy of ``src/`` (switches
   neither wants it;
 - ``control``: not an ablation but a second bare run in the same rotation, so each round shows
   how far two bare runs read apart beside what watching costs.
+- ``src=PATH``: not an ablation but the whole watch from another source tree (its ``src/``,
+  e.g. of a ``git worktree add /tmp/old HEAD~1``), its parent a Python process of its own:
+  two commits side by side in one rotation. ``src=`` with this checkout's ``src/`` is that
+  arm's control (the parent out of this process).
 
 A patch whose anchor text is gone (the code moved on) stops the bench with the anchor named.
 
 Usage:
     .venv/bin/python bench/watch_keras_ablation.py [--rounds 6] [--input pydataset|tfdata]
-        [--arms control end end,fetch,calls keras pool,gil nice record] [--epochs 4] [--cpus 1]
-        [--image-px 64]
+        [--arms control end end,fetch,calls keras pool,gil nice record src=/tmp/old/src]
+        [--epochs 4] [--cpus 1] [--image-px 64]
     .venv/bin/python bench/watch_keras_ablation.py --pool RUN1.log RUN2.log [...]
 
 The bare arm's throughput is printed each round: on a host whose bare runs swing by more than a
@@ -68,6 +72,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -152,6 +157,8 @@ def _arm_name(arm: str, control: str = "control") -> str:
     """How an arm is named in the output: the watch, the control, what it leaves out."""
     if arm == "nice":
         return "parent at nice 19"
+    if arm.startswith("src="):
+        return f"watch from {arm[4:]}"
     return {"": "watch", "control": control}.get(arm, f"without {arm}")
 
 
@@ -167,6 +174,25 @@ def _against_bare_run(label: str, series: dict[str, list[float]],
               f"({min(ratios):.3f}-{max(ratios):.3f})")
         out[name] = round(statistics.median(ratios), 4)
     return out
+
+
+def _run_tree(tree: str, script: Path, work: Path, index: int, steps: int, kind: str,
+              epochs: int, px: int) -> dict[str, Any]:
+    """One run watched by ``tree``'s stepscope (its parent a process of its own, as this
+    process is for the other arms), read as ``watch_keras_overhead._run`` reads its runs."""
+    out = work / f"result-{index}-tree.json"
+    cmd = [sys.executable, str(script), str(out), str(steps), kind, "tensorflow", str(epochs),
+           str(px)]
+    parent = ("import sys\nfrom pathlib import Path\nfrom stepscope.observe.watch import watch\n"
+              "sys.exit(watch(sys.argv[2:], Path(sys.argv[1]), interval_s=1.0).exit_code)")
+    env = {k: v for k, v in os.environ.items() if k != "ABL"}
+    env["PYTHONPATH"] = tree
+    done = subprocess.run([sys.executable, "-c", parent, str(work / f"run-{index}"), *cmd],
+                          env=env, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the run watched from {tree} failed with exit code {done.returncode}")
+    found: dict[str, Any] = json.loads(out.read_text())
+    return found
 
 
 def _fast(img_s: float, top: float) -> bool:
@@ -404,6 +430,11 @@ def main() -> None:
         return
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch traces and is not compared")
+    for tree in (a[4:] for a in args.arms if a.startswith("src=")):
+        if not (Path(tree) / "stepscope" / "observe" / "watch.py").is_file():
+            parser.error(f"src={tree}: not a stepscope source tree (no stepscope/observe/"
+                         "watch.py under it); give a checkout's src/, e.g. of `git worktree "
+                         "add /tmp/old HEAD~1`")
     if any("nice" in a for a in args.arms) and os.geteuid() != 0:
         parser.error("the nice arm needs root: this process is watch's parent and is set back "
                      "to nice 0 after each of its runs, which only root may do")
@@ -430,9 +461,13 @@ def main() -> None:
                 watched = a not in ("bare", "control")
                 if watched:
                     os.environ["ABL"] = a
-                out = bench._run(script, work, r * 100 + arms.index(a), watched,
-                                 args.steps, 1.0, args.input, epochs=args.epochs,
-                                 px=args.image_px)
+                if a.startswith("src="):
+                    out = _run_tree(a[4:], script, work, r * 100 + arms.index(a), args.steps,
+                                    args.input, args.epochs, args.image_px)
+                else:
+                    out = bench._run(script, work, r * 100 + arms.index(a), watched,
+                                     args.steps, 1.0, args.input, epochs=args.epochs,
+                                     px=args.image_px)
                 os.environ.pop("ABL", None)
                 if "nice" in a:  # this process was watch's parent: back to the bare runs' nice
                     os.setpriority(os.PRIO_PROCESS, 0, 0)
