@@ -64,3 +64,16 @@ def test_a_log_without_a_control_arm_is_refused(tmp_path: Path,
     monkeypatch.setattr("sys.argv", ["ablation", "--pool", str(good), str(bad)])
     with pytest.raises(SystemExit, match="control arm"):
         ablation.main()
+
+
+def test_an_arm_from_another_tree_is_named_and_checked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``src=PATH`` runs the watch from another checkout: named by its path, and a path that is
+    no stepscope source tree stops the bench before any run, saying what to give."""
+    assert ablation._arm_name("src=/tmp/old/src") == "watch from /tmp/old/src"
+    monkeypatch.setattr("sys.argv", ["ablation", "--arms", f"src={tmp_path}"])
+    with pytest.raises(SystemExit):
+        ablation.main()
+    err = capsys.readouterr().err
+    assert f"src={tmp_path}: not a stepscope source tree" in err and "git worktree" in err
