@@ -27,6 +27,7 @@ A patch whose anchor text is gone (the code moved on) stops the bench with the a
 
 Usage:
     .venv/bin/python bench/watch_keras_ablation.py [--rounds 6] [--input pydataset|tfdata]
+        [--backend tensorflow|jax|torch]
         [--arms control end end,fetch,calls keras pool,gil nice record src=/tmp/old/src]
         [--epochs 4] [--cpus 1] [--image-px 64]
     .venv/bin/python bench/watch_keras_ablation.py --pool RUN1.log RUN2.log [...]
@@ -177,11 +178,11 @@ def _against_bare_run(label: str, series: dict[str, list[float]],
 
 
 def _run_tree(tree: str, script: Path, work: Path, index: int, steps: int, kind: str,
-              epochs: int, px: int) -> dict[str, Any]:
+              epochs: int, px: int, backend: str = "tensorflow") -> dict[str, Any]:
     """One run watched by ``tree``'s stepscope (its parent a process of its own, as this
     process is for the other arms), read as ``watch_keras_overhead._run`` reads its runs."""
     out = work / f"result-{index}-tree.json"
-    cmd = [sys.executable, str(script), str(out), str(steps), kind, "tensorflow", str(epochs),
+    cmd = [sys.executable, str(script), str(out), str(steps), kind, backend, str(epochs),
            str(px)]
     parent = ("import sys\nfrom pathlib import Path\nfrom stepscope.observe.watch import watch\n"
               "sys.exit(watch(sys.argv[2:], Path(sys.argv[1]), interval_s=1.0).exit_code)")
@@ -309,7 +310,7 @@ def _img_s(x: float | None) -> str:
 T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
         2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-SETTINGS = ("input", "epochs", "cpus", "image_px")
+SETTINGS = ("backend", "input", "epochs", "cpus", "image_px")
 
 
 def _t975(df: int) -> float:
@@ -326,6 +327,7 @@ def _load(path: Path) -> dict[str, Any]:
     if not run["epochs_img_s"]["control"]:
         sys.exit(f"{path}: a run of no rounds")
     run.setdefault("image_px", 32)  # runs before --image-px ran 32 px
+    run.setdefault("backend", "tensorflow")  # and before --backend, on TensorFlow
     return run
 
 
@@ -408,6 +410,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds (each runs every arm)")
     parser.add_argument("--steps", type=int, default=150, help="training steps per epoch")
     parser.add_argument("--input", choices=("pydataset", "tfdata"), default="pydataset")
+    parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"),
+                        default="tensorflow",
+                        help="KERAS_BACKEND of the script; the ablation switches are "
+                             "TensorFlow's, so on the others run the whole watch with control "
+                             "(and src=) arms")
     parser.add_argument("--arms", nargs="+", default=["end", "end,fetch,calls", "keras"],
                         help="ABL sets to run beside bare and the whole watch")
     parser.add_argument("--epochs", type=int, default=4,
@@ -430,6 +437,12 @@ def main() -> None:
         return
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch traces and is not compared")
+    if args.input == "tfdata" and args.backend != "tensorflow":
+        parser.error("--input tfdata runs on --backend tensorflow only")
+    if args.backend != "tensorflow" and (
+            odd := [a for a in args.arms if a != "control" and not a.startswith("src=")]):
+        parser.error(f"--arms {' '.join(odd)}: the ablation switches leave out TensorFlow's "
+                     f"hooks; on {args.backend} run control and src= arms")
     for tree in (a[4:] for a in args.arms if a.startswith("src=")):
         if not (Path(tree) / "stepscope" / "observe" / "watch.py").is_file():
             parser.error(f"src={tree}: not a stepscope source tree (no stepscope/observe/"
@@ -463,11 +476,11 @@ def main() -> None:
                     os.environ["ABL"] = a
                 if a.startswith("src="):
                     out = _run_tree(a[4:], script, work, r * 100 + arms.index(a), args.steps,
-                                    args.input, args.epochs, args.image_px)
+                                    args.input, args.epochs, args.image_px, args.backend)
                 else:
                     out = bench._run(script, work, r * 100 + arms.index(a), watched,
-                                     args.steps, 1.0, args.input, epochs=args.epochs,
-                                     px=args.image_px)
+                                     args.steps, 1.0, args.input, backend=args.backend,
+                                     epochs=args.epochs, px=args.image_px)
                 os.environ.pop("ABL", None)
                 if "nice" in a:  # this process was watch's parent: back to the bare runs' nice
                     os.setpriority(os.PRIO_PROCESS, 0, 0)
@@ -482,7 +495,8 @@ def main() -> None:
                 file=sys.stderr, flush=True)
     # each run's best epoch, img/s
     rates = {a: [float(o["images_per_s"]) for o in runs[a]] for a in arms}
-    result: dict[str, object] = {"figure": "watch_keras_ablation", "input": args.input,
+    result: dict[str, object] = {"figure": "watch_keras_ablation", "backend": args.backend,
+                                 "input": args.input,
                                  "runs": args.rounds, "epochs": args.epochs,
                                  "cpus": args.cpus, "image_px": args.image_px,
                                  "bare_img_s": [round(x) for x in rates["bare"]]}
