@@ -545,7 +545,8 @@ def main() -> None:
                                    fast_by_round["bare"] if a == "control" else base))
     # Where a fast epoch's step goes: in the graph calls (the clocks' ops are there) or outside
     split = {a: _step_split(runs[a], top) for a in arms}
-    if (base_split := split["bare"]) is not None:
+    # the graph calls are timed on TensorFlow only (elsewhere a step would read all "outside")
+    if (base_split := split["bare"]) is not None and args.backend == "tensorflow":
         for a in arms:
             if (sp := split[a]) is not None:
                 print(f"{a or 'watch'}: a fast epoch's step {sp[0]:.0f} us in the graph calls "
