@@ -158,6 +158,8 @@ def _arm_name(arm: str, control: str = "control") -> str:
     """How an arm is named in the output: the watch, the control, what it leaves out."""
     if arm == "nice":
         return "parent at nice 19"
+    if _niced(arm):  # combined, as "nice,end"
+        return "parent at nice 19, without " + ",".join(p for p in arm.split(",") if p != "nice")
     if arm.startswith("src="):
         return f"watch from {arm[4:]}"
     return {"": "watch", "control": control}.get(arm, f"without {arm}")
@@ -175,6 +177,12 @@ def _against_bare_run(label: str, series: dict[str, list[float]],
               f"({min(ratios):.3f}-{max(ratios):.3f})")
         out[name] = round(statistics.median(ratios), 4)
     return out
+
+
+def _niced(arm: str) -> bool:
+    """Whether ``arm`` runs watch's parent (this process) at nice 19: the ABL switches are read
+    by substring, as in ``nice,end``; a ``src=`` arm's parent is a process of its own."""
+    return "nice" in arm and not arm.startswith("src=")
 
 
 def _run_tree(tree: str, script: Path, work: Path, index: int, steps: int, kind: str,
@@ -448,7 +456,7 @@ def main() -> None:
             parser.error(f"src={tree}: not a stepscope source tree (no stepscope/observe/"
                          "watch.py under it); give a checkout's src/, e.g. of `git worktree "
                          "add /tmp/old HEAD~1`")
-    if any("nice" in a for a in args.arms) and os.geteuid() != 0:
+    if any(_niced(a) for a in args.arms) and os.geteuid() != 0:
         parser.error("the nice arm needs root: this process is watch's parent and is set back "
                      "to nice 0 after each of its runs, which only root may do")
     if args.cpus is not None:
@@ -482,7 +490,7 @@ def main() -> None:
                                      args.steps, 1.0, args.input, backend=args.backend,
                                      epochs=args.epochs, px=args.image_px)
                 os.environ.pop("ABL", None)
-                if "nice" in a:  # this process was watch's parent: back to the bare runs' nice
+                if _niced(a):  # this process was watch's parent: back to the bare runs' nice
                     os.setpriority(os.PRIO_PROCESS, 0, 0)
                     Path("/proc/self/autogroup").write_text("0")
                 runs[a].append(out)

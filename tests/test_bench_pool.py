@@ -77,3 +77,13 @@ def test_an_arm_from_another_tree_is_named_and_checked(
         ablation.main()
     err = capsys.readouterr().err
     assert f"src={tmp_path}: not a stepscope source tree" in err and "git worktree" in err
+
+
+def test_arm_names_say_what_each_arm_runs() -> None:
+    assert ablation._arm_name("") == "watch"
+    assert ablation._arm_name("end,fetch") == "without end,fetch"
+    assert ablation._arm_name("nice") == "parent at nice 19"
+    assert ablation._arm_name("nice,end") == "parent at nice 19, without end"
+    # a tree's path may hold any word: its parent is its own process, never niced here
+    assert ablation._arm_name("src=/tmp/nice/src") == "watch from /tmp/nice/src"
+    assert not ablation._niced("src=/tmp/nice/src")
