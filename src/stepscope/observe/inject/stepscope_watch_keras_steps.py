@@ -367,7 +367,7 @@ class KerasSteps:
             return
         # read with ``t``, before the graph clock's read: that op gives up the GIL, and the
         # wait to take it back belongs to the next step, whose window opens at ``t``
-        gil = self._gil_now() if self.off_cpu is not None else NO_GIL
+        gil = self._gil_now()
         wall = time.time()
         ready = None
         if self.device_done is not None and self.device_busy is not None and self.device_busy():

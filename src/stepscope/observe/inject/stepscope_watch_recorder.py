@@ -297,7 +297,7 @@ class Recorder:
         index = ph.steps
         ph.steps += 1
         ph.images += images
-        self.send(["S", ph.seq, index, t_start + self._offset, wall, wait, transfer, compute,
+        self.send(["S", ph.seq, index, self.unix(t_start), wall, wait, transfer, compute,
                    other, images, index < ph.warm, comm])
 
     def tick(self, t: float) -> None:
