@@ -73,7 +73,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -183,25 +182,6 @@ def _niced(arm: str) -> bool:
     """Whether ``arm`` runs watch's parent (this process) at nice 19: the ABL switches are read
     by substring, as in ``nice,end``; a ``src=`` arm's parent is a process of its own."""
     return "nice" in arm and not arm.startswith("src=")
-
-
-def _run_tree(tree: str, script: Path, work: Path, index: int, steps: int, kind: str,
-              epochs: int, px: int, backend: str = "tensorflow") -> dict[str, Any]:
-    """One run watched by ``tree``'s stepscope (its parent a process of its own, as this
-    process is for the other arms), read as ``watch_keras_overhead._run`` reads its runs."""
-    out = work / f"result-{index}-tree.json"
-    cmd = [sys.executable, str(script), str(out), str(steps), kind, backend, str(epochs),
-           str(px)]
-    parent = ("import sys\nfrom pathlib import Path\nfrom stepscope.observe.watch import watch\n"
-              "sys.exit(watch(sys.argv[2:], Path(sys.argv[1]), interval_s=1.0).exit_code)")
-    env = {k: v for k, v in os.environ.items() if k != "ABL"}
-    env["PYTHONPATH"] = tree
-    done = subprocess.run([sys.executable, "-c", parent, str(work / f"run-{index}"), *cmd],
-                          env=env, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"the run watched from {tree} failed with exit code {done.returncode}")
-    found: dict[str, Any] = json.loads(out.read_text())
-    return found
 
 
 def _fast(img_s: float, top: float) -> bool:
@@ -480,15 +460,12 @@ def main() -> None:
             epochs: dict[str, list[float]] = {}
             for a in arms[r % len(arms):] + arms[:r % len(arms)]:
                 watched = a not in ("bare", "control")
-                if watched:
+                tree = a[4:] if a.startswith("src=") else None
+                if watched and tree is None:
                     os.environ["ABL"] = a
-                if a.startswith("src="):
-                    out = _run_tree(a[4:], script, work, r * 100 + arms.index(a), args.steps,
-                                    args.input, args.epochs, args.image_px, args.backend)
-                else:
-                    out = bench._run(script, work, r * 100 + arms.index(a), watched,
-                                     args.steps, 1.0, args.input, backend=args.backend,
-                                     epochs=args.epochs, px=args.image_px)
+                out = bench._run(script, work, r * 100 + arms.index(a), watched,
+                                 args.steps, 1.0, args.input, backend=args.backend,
+                                 epochs=args.epochs, px=args.image_px, tree=tree)
                 os.environ.pop("ABL", None)
                 if _niced(a):  # this process was watch's parent: back to the bare runs' nice
                     os.setpriority(os.PRIO_PROCESS, 0, 0)

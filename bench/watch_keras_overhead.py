@@ -116,15 +116,29 @@ def write_script(folder: Path, name: str = "keras_small.py") -> Path:
     return script
 
 
+# watch's parent from another source tree (``_run``'s ``tree``), as this process is for the others
+TREE_PARENT = ("import sys\nfrom pathlib import Path\nfrom stepscope.observe.watch import watch\n"
+               "sys.exit(watch(sys.argv[3:], Path(sys.argv[1]), "
+               "interval_s=float(sys.argv[2])).exit_code)")
+
+
 def _run(script: Path, work: Path, index: int, watched: bool, steps: int, interval_s: float,
          kind: str = "pydataset", backend: str = "tensorflow",
-         epochs: int = 4, px: int = 32) -> dict[str, Any]:
+         epochs: int = 4, px: int = 32, tree: str | None = None) -> dict[str, Any]:
     """One run's best epoch after the first (``images_per_s``, ``cpu_s_per_image``) and every
     epoch after the first (``epochs_img_s``; on TensorFlow also ``epochs_step_us`` and
-    ``epochs_graph_us``, each step's wall time and its graph calls', per step)."""
+    ``epochs_graph_us``, each step's wall time and its graph calls', per step). ``tree``: a
+    watched run is watched by that source tree's stepscope, its parent a process of its own."""
     out = work / f"result-{index}-{int(watched)}.json"
     cmd = [sys.executable, str(script), str(out), str(steps), kind, backend, str(epochs), str(px)]
-    if watched:
+    if watched and tree is not None:
+        done = subprocess.run([sys.executable, "-c", TREE_PARENT, str(work / f"run-{index}"),
+                               str(interval_s), *cmd],
+                              env={**os.environ, "PYTHONPATH": tree}, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"the run watched from {tree} failed with exit code "
+                             f"{done.returncode}")
+    elif watched:
         result = watch(cmd, work / f"run-{index}", interval_s=interval_s)
         if result.exit_code != 0:
             raise SystemExit(f"watched run failed with exit code {result.exit_code}")
