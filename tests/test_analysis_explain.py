@@ -133,7 +133,7 @@ def test_an_already_cached_dataset_is_not_called_cold(tmp_path: Path) -> None:
     assert not any("in RAM" in a.title for a in answers)
 
 
-def _tv(augment: str, lt: float, lv: float) -> str:
+def _tv(augment: str, lt: float, lv: float, loader: dict[str, Any] | None = None) -> str:
     from stepscope.analysis.explain import train_vs_val
 
     phase = {"images_per_s": 10.0, "data_wait_ms_per_image": 5.0, "compute_ms_per_image": 50.0,
@@ -141,7 +141,8 @@ def _tv(augment: str, lt: float, lv: float) -> str:
     s = {"run": {"augment": augment, "augmented": augment != "none"},
          "by_phase": {"train": {**phase, "loader_cpu_ms_per_image": lt},
                       "val": {**phase, "images_per_s": 20.0, "data_wait_ms_per_image": 1.0,
-                              "compute_ms_per_image": 20.0, "loader_cpu_ms_per_image": lv}}}
+                              "compute_ms_per_image": 20.0, "loader_cpu_ms_per_image": lv}},
+         "loader": loader}
     out = train_vs_val(s)
     assert out is not None
     return out[1]
@@ -152,3 +153,14 @@ def test_not_augmented_reason_needs_augmentation_and_cheaper_loading() -> None:
     assert "not augmented" not in _tv("none", lt=8.0, lv=2.0)  # nothing was augmented
     assert "not augmented" not in _tv("seed", lt=0.7, lv=2.6)  # the loader's CPU contradicts it
     assert "no backward" in _tv("none", lt=8.0, lv=2.0)
+
+
+def test_validation_on_another_input_is_named_with_what_watch_recorded() -> None:
+    val = {"kind": "PyDataset", "class": "Batches", "workers": 1, "multiprocessing": False}
+    loader = {"framework": "keras", "kind": "tf.data", "parallel_calls": 2, "prefetch": True,
+              "val": val}
+    said = ("Validation reads another input than training: a PyDataset (Batches) with 1 worker "
+            "thread, where training reads a tf.data pipeline with 2 parallel calls and prefetch")
+    assert said in _tv("none", 8.0, 2.0, loader)
+    assert "reads another input" not in _tv("none", 8.0, 2.0, {**loader, "val": None})
+    assert "reads another input" not in _tv("none", 8.0, 2.0)

@@ -83,10 +83,23 @@ def test_findings_are_sorted_by_severity_and_keep_the_contract_keys() -> None:
 
 
 def test_gain_is_capped_and_weak_verdicts_are_low() -> None:
-    f = input_finding(_agg(data_wait_frac=0.99, verdict_weak=True,
+    f = input_finding(_agg(input_cause="cpu", workers=2, cpu_util_pct=97.0, data_wait_frac=0.99,
+                           verdict_weak=True,
                            verdict_note="insufficient steps: 8 steady-state steps"), cores=2)
     assert f is not None and "over 10× faster" in f["expected_gain"]
     assert f["severity"] == "low" and "tentative" in f["title"]
+
+
+@pytest.mark.parametrize(("workers", "wait", "cores", "gain"), [
+    (0, 0.99, 2, "~2.0×"),  # the main process's loading over 2 workers
+    (1, 0.98, 2, "~2.0×"),  # one loading thread to two: batches at most twice as often
+    (2, 0.98, 8, "~2.0×"),  # 2 → 4
+    (0, 0.62, 2, "~2.4×"),  # the wait left at 10 % binds first (the example)
+])
+def test_more_workers_promise_no_more_than_their_count(workers: int, wait: float, cores: int,
+                                                        gain: str) -> None:
+    f = input_finding(_agg(workers=workers, data_wait_frac=wait), cores=cores)
+    assert f is not None and f"{gain} faster" in f["expected_gain"], f["expected_gain"]
 
 
 def test_compute_bound_fix_leaves_out_what_the_run_already_used() -> None:

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from stepscope.analysis.keras_loader import workers_answer
-from stepscope.analysis.vocab import keras_cpu_fix, keras_processes_fix
+from stepscope.analysis.vocab import (
+    differing_inputs,
+    keras_compute_fix,
+    keras_cpu_fix,
+    keras_moderate_wait_fix,
+    keras_processes_fix,
+    keras_workers_spare,
+    phase_input,
+)
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
 
@@ -47,3 +57,51 @@ def test_processes_fix_speaks_the_runs_keras() -> None:
     assert "construct the Batches with workers=2, use_multiprocessing=True (now 2 threads)" in fix
     legacy = keras_processes_fix({"kind": "PyDataset", "framework": "tf.keras"}, 3)
     assert legacy.startswith("model.fit(..., workers=3, use_multiprocessing=True)")
+
+
+TF_DATA = {"framework": "keras", "kind": "tf.data", "workers": 2, "parallel_calls": 2,
+           "prefetch": True, "cache": False}
+PYDATASET = {"kind": "PyDataset", "class": "Batches", "workers": 1, "multiprocessing": False,
+             "parallel_calls": None, "prefetch": None, "cache": None, "augments": None}
+
+
+def test_validation_advice_reads_the_validation_input() -> None:
+    loader: Any = {**TF_DATA, "val": PYDATASET}
+    assert phase_input(loader, "train") is loader
+    val = phase_input(loader, "val")
+    assert val is not None and val["kind"] == "PyDataset" and val["framework"] == "keras"
+    assert phase_input({**TF_DATA, "val": None}, "val")["kind"] == "tf.data"  # type: ignore[index]
+    assert "construct the Batches with workers=N (now 1)" in keras_moderate_wait_fix(val, "val", 2)
+
+
+def test_tf_data_advice_leaves_out_what_the_pipeline_does() -> None:
+    loader: Any = TF_DATA
+    fix = keras_moderate_wait_fix(loader, "val", 2)
+    assert ".cache() after decoding (validation reads the same images" in fix
+    assert "prefetch" not in fix and "num_parallel_calls" not in fix  # already there
+    bare: Any = {**TF_DATA, "parallel_calls": 1, "prefetch": False}
+    fix = keras_moderate_wait_fix(bare, "train", 2)
+    assert "num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in fix and ".prefetch(" in fix
+    assert "too few parallel calls (now 1) and no prefetch" in keras_workers_spare(bare, "train", 2)
+    done: Any = {**TF_DATA, "cache": True}
+    assert "already maps with 2 parallel calls, prefetches and caches" in \
+        keras_moderate_wait_fix(done, "train", 2)
+    for fix in (keras_moderate_wait_fix(done, "train", 2), keras_workers_spare(loader, "train", 2)):
+        assert "PyDataset" not in fix
+
+
+def test_unlike_inputs_are_named_only_where_both_were_recorded() -> None:
+    loader: Any = {**TF_DATA, "val": PYDATASET}
+    assert differing_inputs(loader) == ("a tf.data pipeline with 2 parallel calls and prefetch",
+                                        "a PyDataset (Batches) with 1 worker thread")
+    assert differing_inputs({**TF_DATA, "val": None}) is None  # type: ignore[typeddict-item]
+    assert differing_inputs({**TF_DATA, "val": {**TF_DATA}}) is None  # type: ignore[typeddict-item]
+    assert differing_inputs(None) is None
+
+
+def test_mixed_bfloat16_is_advised_only_on_a_measured_native_bf16_device() -> None:
+    said = 'set_global_policy("mixed_bfloat16") (the CPU has native bf16)'
+    assert said in keras_compute_fix(True, False, None, None)
+    assert said not in keras_compute_fix(None, False, None, None)  # not read: not said
+    assert said not in keras_compute_fix(False, False, None, None)
+    assert said not in keras_compute_fix(True, True, None, None)  # the model computes in it

@@ -279,6 +279,28 @@ def test_compute_bound(tmp_path: Path, backend: str, kind: str) -> None:
     assert "steps_per_execution" not in json.dumps(s["findings"])  # no callback overhead
 
 
+def _cpu_bf16() -> bool:
+    """The machine's truth: native bf16 math in /proc/cpuinfo's flags."""
+    flags = Path("/proc/cpuinfo").read_text().split()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", [None, "mixed_bfloat16"])
+def test_compute_bound_mixed_precision_advice_follows_the_cpu_and_the_policy(
+        tmp_path: Path, policy: str | None) -> None:
+    """A compute-bound Keras 3 run on TensorFlow is told of mixed_bfloat16 only where the CPU
+    does bf16 natively and the model does not compute in it already."""
+    s = _run(tmp_path, "tensorflow", "tfdata", "0", "conv", "--steps", "24",
+             *(["--policy", policy] if policy else []))
+    _assert_compute_bound(s, 24)
+    assert s["host"]["bf16"] is _cpu_bf16()
+    assert s["model"]["precision"] == ("bf16" if policy else "fp32")
+    f = next(f for f in s["findings"] if f["id"] == "compute_bound_train")
+    advised = 'set_global_policy("mixed_bfloat16") (the CPU has native bf16)' in f["fix"]
+    assert advised is (_cpu_bf16() and policy is None), f["fix"]
+
+
 CALLBACK_MS = 30.0
 
 
@@ -333,6 +355,40 @@ def test_tf_keras_generator_input_bound(tmp_path: Path) -> None:
     _assert_keras_words(s)
     f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
     assert "PyDataset" in f["fix"]
+
+
+VAL_INPUTS = [
+    # training's input (instant batches), validation's (150 ms of CPU a batch), and what the
+    # validation advice must say in the validation input's own API, and must not
+    ("tfdata-parallel", "pydataset", "construct the Batches with workers=2", "tf.data"),
+    ("pydataset", "tfdata", "num_parallel_calls=tf.data.AUTOTUNE) (now 1)", "workers="),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("train", "val", "says", "never"), VAL_INPUTS)
+def test_validation_on_another_input_gets_advice_for_that_input(
+        tmp_path: Path, train: str, val: str, says: str, never: str) -> None:
+    """A ``fit`` that trains on one kind of input and validates on another: the validation
+    phases are input-bound by the plant (150 ms of CPU a batch before a tiny model, one loading
+    thread with a core to spare), and their fix speaks the validation input's API, with a gain
+    no larger than one more loading thread can give."""
+    s = _run(tmp_path, "tensorflow", train, "0", "dense", "--steps", "24", "--val", "12",
+             "--val-input", val, "--val-load-ms", str(INPUT_MS))
+    assert s["loader"]["kind"] == ("tf.data" if train.startswith("tfdata") else "PyDataset")
+    assert s["loader"]["val"]["kind"] == ("tf.data" if val == "tfdata" else "PyDataset")
+    vals = [p for p in s["phases"] if p["phase"] == "val"]
+    assert [p["epoch"] for p in vals] == [1, 2]
+    for p in vals:
+        assert p["verdict"] == "input-bound" and p["input_cause"] == "workers", p
+        assert p["data_wait_frac"] >= INPUT_WAIT_MIN, p
+    f = next(f for f in s["findings"] if f["id"] == "input_bound_val")
+    assert says in f["fix"] and never not in f["fix"], f["fix"]
+    # one loading thread → two makes batches at most twice as often
+    gain = float(f["expected_gain"].split(" faster")[0].rsplit("~", 1)[1].rstrip("×"))
+    assert gain <= 2.1, f["expected_gain"]
+    assert "Validation reads another input than training" in s["_printed"]
+    _assert_keras_words(s)
 
 
 @pytest.mark.slow

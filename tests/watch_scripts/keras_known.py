@@ -2,7 +2,8 @@
 
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
         [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
-        [--cpu-clock] [--gap-clock] [--own-train-function]
+        [--cpu-clock] [--gap-clock] [--own-train-function] [--val-input KIND] [--val-load-ms MS]
+        [--policy NAME]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -12,6 +13,10 @@ MODEL: dense (tiny, ~1 ms a step) | conv (convolutions on 32x32 images, ~15 ms a
 sink), not async-safe, so Keras runs it on the loop's thread between steps.
 --spe: ``model.compile(steps_per_execution=N)`` (the fix stepscope advises for slow callbacks).
 --mirrored: model built and compiled under ``tf.distribute.MirroredStrategy(["/cpu:0"])``.
+--val-input, --val-load-ms: the validation input's kind and planted cost, where they differ
+from training's (a tf.data training pipeline validated on a PyDataset, as scripts mix them).
+--policy: ``keras.mixed_precision.set_global_policy(NAME)`` before the model is built
+(``mixed_bfloat16``: the mixed precision stepscope advises on a CPU with native bf16).
 --own-train-function (Keras 3 on TensorFlow): the model makes its own train function, a
 ``tf.function`` that takes the next batch and runs ``train_step``, overriding
 ``make_train_function`` as a custom training loop written before Keras 3 did.
@@ -51,6 +56,9 @@ p.add_argument("--mirrored", action="store_true")
 p.add_argument("--cpu-clock", action="store_true")
 p.add_argument("--gap-clock", action="store_true")
 p.add_argument("--own-train-function", action="store_true")
+p.add_argument("--val-input", default=None)
+p.add_argument("--val-load-ms", type=float, default=None)
+p.add_argument("--policy", default=None)
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -72,7 +80,10 @@ else:
 
 SIDE = 32 if args.model == "conv" else 16
 SHAPE = (SIDE, SIDE, 3) if args.model == "conv" else (SIDE,)
-print(f"TRUTH load_ms={args.load_ms} model={args.model} input={args.input}", flush=True)
+VAL_INPUT = args.val_input or args.input
+VAL_LOAD_MS = args.load_ms if args.val_load_ms is None else args.val_load_ms
+print(f"TRUTH load_ms={args.load_ms} model={args.model} input={args.input} "
+      f"val_input={VAL_INPUT} val_load_ms={VAL_LOAD_MS}", flush=True)
 
 
 # --cpu-clock: the cost is CPU time of the loading thread (a fixed amount of Python work), so
@@ -89,8 +100,8 @@ def burn(ms: float) -> None:
         x += 1
 
 
-def make_batch(i: int) -> tuple[np.ndarray, np.ndarray]:
-    burn(args.load_ms)
+def make_batch(i: int, load_ms: float) -> tuple[np.ndarray, np.ndarray]:
+    burn(load_ms)
     rng = np.random.default_rng(i)
     x = rng.normal(size=(args.batch, *SHAPE)).astype("float32")
     y = rng.integers(0, 2, size=(args.batch,)).astype("float32")
@@ -98,31 +109,31 @@ def make_batch(i: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Batches(Base):  # type: ignore[misc,valid-type]
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, load_ms: float) -> None:
         if args.legacy:
             super().__init__()
         else:
             super().__init__(workers=args.workers, use_multiprocessing=args.mp)
-        self.n = n
+        self.n, self.load_ms = n, load_ms
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        return make_batch(i)
+        return make_batch(i, self.load_ms)
 
 
-def generator(n: int):  # type: ignore[no-untyped-def]
+def generator(n: int, load_ms: float):  # type: ignore[no-untyped-def]
     while True:
         for i in range(n):
-            yield make_batch(i)
+            yield make_batch(i, load_ms)
 
 
-def tf_data(n: int, parallel: bool):  # type: ignore[no-untyped-def]
+def tf_data(n: int, parallel: bool, load_ms: float):  # type: ignore[no-untyped-def]
     import tensorflow as tf
 
     def load(i):  # type: ignore[no-untyped-def]
-        return make_batch(int(i))
+        return make_batch(int(i), load_ms)
 
     ds = tf.data.Dataset.range(n).map(
         lambda i: tf.numpy_function(load, [i], (tf.float32, tf.float32)),
@@ -132,14 +143,14 @@ def tf_data(n: int, parallel: bool):  # type: ignore[no-untyped-def]
     return ds.prefetch(tf.data.AUTOTUNE) if parallel else ds
 
 
-def source(n: int):  # type: ignore[no-untyped-def]
-    if args.input == "pydataset":
-        return Batches(n)
-    if args.input == "generator":
-        return generator(n)
-    if args.input.startswith("tfdata"):
-        return tf_data(n, args.input == "tfdata-parallel")
-    xs, ys = zip(*(make_batch(i) for i in range(n)), strict=True)
+def source(n: int, kind: str, load_ms: float):  # type: ignore[no-untyped-def]
+    if kind == "pydataset":
+        return Batches(n, load_ms)
+    if kind == "generator":
+        return generator(n, load_ms)
+    if kind.startswith("tfdata"):
+        return tf_data(n, kind == "tfdata-parallel", load_ms)
+    xs, ys = zip(*(make_batch(i, load_ms) for i in range(n)), strict=True)
     return np.concatenate(xs), np.concatenate(ys)
 
 
@@ -160,6 +171,8 @@ if args.own_train_function:
 
 
 def build():  # type: ignore[no-untyped-def]
+    if args.policy:
+        keras.mixed_precision.set_global_policy(args.policy)
     if args.model == "conv":
         layers = [keras.Input(shape=SHAPE),
                   keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
@@ -184,7 +197,7 @@ if args.mirrored:
 else:
     model = build()
 
-train = source(args.steps)
+train = source(args.steps, args.input, args.load_ms)
 kw: dict = {"epochs": args.epochs, "verbose": 2}
 if args.input == "arrays":
     x, y = train
@@ -197,9 +210,9 @@ if args.legacy and args.input == "pydataset" and (args.workers > 1 or args.mp):
     # tf-keras takes a Sequence's parallelism from fit(), not from the Sequence.
     kw.update(workers=args.workers, use_multiprocessing=args.mp)
 if args.val:
-    val = source(args.val)
+    val = source(args.val, VAL_INPUT, VAL_LOAD_MS)
     kw["validation_data"] = val
-    if args.input == "generator":
+    if VAL_INPUT == "generator":
         kw["validation_steps"] = args.val
 if args.callback_ms:
     class SlowLog(keras.callbacks.Callback):

@@ -286,7 +286,17 @@ class KerasTrainCalls(TypedDict):
     work_p10_s: float  # the same, 10th percentile (its threads warm, as in a long execution)
 
 
-# Functional form: "class" is a key (the loader's class name, as watch records it).
+# Functional form: "class" is a key (the input's class name, as watch records it).
+InputFacts = TypedDict("InputFacts", {
+    "kind": str | None, "class": str | None, "workers": int | None,
+    "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
+    "cache": bool | None, "augments": bool | None,
+})
+InputFacts.__doc__ = ("``summary[\"loader\"][\"val\"]``: the validation input of a Keras ``fit`` "
+                      "(watch's ``loader.val_*`` facts), which need not be training's.")
+
+# Functional form: "class" is a key (the loader's class name, as watch records it). The input
+# keys are training's; ``val`` holds the validation input's, where watch saw one.
 LoaderFacts = TypedDict("LoaderFacts", {
     "framework": str | None, "keras_backend": str | None, "callbacks_timed": bool | None,
     "train_calls": KerasTrainCalls | None,
@@ -298,6 +308,7 @@ LoaderFacts = TypedDict("LoaderFacts", {
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
     "cache": bool | None, "augments": bool | None,
     "distribute_strategy": str | None, "distribute_replicas": int | None,
+    "val": InputFacts | None,
 })
 LoaderFacts.__doc__ = "``summary[\"loader\"]``: what ran the loop and fed it (watch's facts)."
 

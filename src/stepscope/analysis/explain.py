@@ -23,7 +23,15 @@ from stepscope.analysis.fmt import (
     fmt_s,
 )
 from stepscope.analysis.keras_loader import stages_answer, workers_answer
-from stepscope.analysis.vocab import KERAS, KERAS_THREADS_GIL, framework_of, vocab
+from stepscope.analysis.vocab import (
+    KERAS,
+    KERAS_THREADS_GIL,
+    differing_inputs,
+    framework_of,
+    keras_workers_spare,
+    phase_input,
+    vocab,
+)
 
 COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
 COLD_MIN_BYTES = 16_000_000
@@ -71,7 +79,9 @@ def _cause_words(s: Summary, cause: str, agg: PhaseAgg | None = None) -> str:
         # measured on the loading threads (analysis/causes.decide_threads_cause)
         return KERAS_THREADS_GIL
     if cause == "workers" and framework_of(s) == KERAS:  # the loader in the framework's words
-        return vocab(KERAS).workers_spare
+        phase = agg["phase"] if agg is not None else "train"
+        cores = (s.get("host") or {}).get("cores")
+        return keras_workers_spare(phase_input(s.get("loader"), phase), phase, int(cores or 2))
     return _CAUSE_WORDS.get(cause, cause)
 
 
@@ -164,9 +174,13 @@ def train_vs_val(s: Summary) -> tuple[str, str] | None:
                                "normalised on the CPU)"))
     if _less(va, tr, "compute_ms_per_image"):
         reasons.append("validation runs the forward pass only: no backward, no optimizer step")
+    inputs = differing_inputs(s.get("loader"))
+    if inputs is not None:  # watch: the inputs given to Model.fit, as recorded
+        text += (f" Validation reads another input than training: {inputs[1]}, where training "
+                 f"reads {inputs[0]} (watch: the inputs given to Model.fit).")
     if reasons and faster:
         text += " Validation is faster because " + " and ".join(reasons) + "."
-    elif not faster:
+    elif not faster and inputs is None:
         text += (" Validation is slower here: compare the figures above (cold files read for the "
                  "first time, or a larger validation batch work).")
     if va.get("verdict"):

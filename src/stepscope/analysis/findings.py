@@ -31,9 +31,11 @@ from stepscope.analysis.vocab import (
     framework_of,
     keras_compute_fix,
     keras_cpu_fix,
+    keras_moderate_wait_fix,
     keras_processes_fix,
     keras_storage_fix,
     keras_workers_fix,
+    phase_input,
     vocab,
 )
 
@@ -71,10 +73,11 @@ def _s(ms: float | None) -> float | None:
 
 
 def _input_fix(agg: PhaseAgg, cores: float | None,
-               summary: Summary | None) -> tuple[str, str]:
-    """(fix, short change label) for the input cause, in the run's framework; figures and
-    stages only as measured (``summary`` None: a bare aggregate, no framework known)."""
-    loader = summary.get("loader") if summary else None
+               summary: Summary | None) -> tuple[str, str, tuple[int, int] | None]:
+    """(fix, short change label, (workers now, after) where the fix is more workers) for the
+    input cause, in the run's framework; figures and stages only as measured (``summary`` None:
+    a bare aggregate, no framework known)."""
+    loader = phase_input(summary.get("loader"), agg["phase"]) if summary else None
     # The claims look their measurements up by path; without a summary none holds.
     measured: Mapping[str, object] = summary or {}
     w = int(agg.get("workers") or 0)
@@ -84,39 +87,40 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
     keras = summary is not None and loader is not None and framework_of(summary) == KERAS
     if keras and loader is not None and cause == "workers" and _processes_prediction(agg):
         # Measured on the threads themselves (analysis/causes.decide_threads_cause).
-        return keras_processes_fix(loader, w), "use_multiprocessing=True"
+        return keras_processes_fix(loader, w), "use_multiprocessing=True", None
     if cause == "storage":
         if keras:
-            return keras_storage_fix(), "faster storage"
+            return keras_storage_fix(), "faster storage", None
         return ("the loader waits on the disk: put the dataset on faster local storage or in RAM "
                 "(it stays in the page cache after the first epoch if it fits), store smaller "
-                "pre-resized files, or add workers so more reads are in flight", "faster storage")
+                "pre-resized files, or add workers so more reads are in flight", "faster storage",
+                None)
     # Never more workers than the job's cores allow (policy.more_workers); unknown cores: 2.
     t = policy.more_workers(w, int(cores or 2))
     if t is not None and (cause == "workers" or (cause == "cpu" and not cores_busy)):
         if keras and loader is not None:
-            return keras_workers_fix(loader, w, t), f"workers {w} → {t}"
+            return keras_workers_fix(loader, w, t, agg["phase"]), f"workers {w} → {t}", (w, t)
         return (f"raise DataLoader workers {w} → {t} (and prefetch_factor) so batches are ready "
-                "when the step asks", f"workers {w} → {t}")
+                "when the step asks", f"workers {w} → {t}", (w, t))
     if keras and loader is not None:
         return keras_cpu_fix(loader, agg["phase"]), (
-            "decode once" if agg["phase"] == "val" else "cheaper augmentation")
+            "decode once" if agg["phase"] == "val" else "cheaper augmentation"), None
     if agg["phase"] == "val" and holds(measured, "decoded_val"):
         return (claim(measured, "augmented", "validation does no augmentation: ")
                 + "its CPU cost is decoding and resizing; cache the decoded, resized validation "
                 "images once (for a frozen trunk, its features), or decode on the GPU",
-                "decode once")
+                "decode once", None)
     if holds(measured, "scipy_augment_figures"):
         return ("the CPU preparing images is the limit (workers or cores saturated): make "
                 "augmentation cheaper (one fused affine warp on uint8, ~1,400 img/s per core, "
                 "instead of SciPy per channel in float32, ~130), augment on the GPU, decode once "
                 "and cache resized images, or for a frozen trunk cache its features",
-                "cheaper augmentation")
+                "cheaper augmentation", None)
     cached = claim(measured, f"decoded_{agg['phase']}", ", decode once and cache resized images")
     return ("the CPU preparing batches is the limit (workers or cores saturated): make the "
             "dataset's per-item work cheaper (profile its __getitem__ and transforms), move "
             f"augmentation to the GPU{cached}, or for a frozen trunk cache its features",
-            "cheaper per-item work")
+            "cheaper per-item work", None)
 
 
 def _processes_prediction(agg: PhaseAgg) -> PredictionRow | None:
@@ -139,16 +143,30 @@ def input_finding(agg: PhaseAgg, cores: float | None,
         evidence += list(agg["input_evidence"])
     if agg.get("verdict") != "input-bound":
         gain = speedup_without(d)
+        keras = summary is not None and framework_of(summary) == KERAS
+        fix = keras_moderate_wait_fix(phase_input(summary.get("loader"), agg["phase"]),
+                                      agg["phase"], int(cores or 2)) if summary and keras \
+            else vocab(framework_of(summary or {})).moderate_wait_fix
         return _finding(f"input_wait_{agg['phase']}", "low",
                         f"{kind.capitalize()} waits for data {fmt_pct(d)} of the time",
-                        evidence, vocab(framework_of(summary or {})).moderate_wait_fix,
+                        evidence, fix,
                         f"at most {fmt_ratio(gain)} faster if the wait vanished", MEASURE_TUNE)
-    fix, change = _input_fix(agg, cores, summary)
-    gain = speedup_without(d, RESIDUAL_WAIT_FRAC)
+    fix, change, spread = _input_fix(agg, cores, summary)
+    gain, after = speedup_without(d, RESIDUAL_WAIT_FRAC), f"≤ {fmt_pct(RESIDUAL_WAIT_FRAC)}"
+    why = ""
+    if spread is not None:
+        # A batch's loading spread over t workers instead of w comes at most t/w as often (t is
+        # within the job's cores): the new step is no shorter than the rest of the step, nor
+        # than the wait times w/t. One loading thread 1 → 2 cannot promise the wait gone.
+        w, t = spread
+        floor = max(1.0 - d, max(w, 1) * d / t)
+        if 1.0 / floor < gain:
+            gain, after = 1.0 / floor, f"~{fmt_pct(1.0 - (1.0 - d) / floor)}"
+            why = f"; {t} workers make batches at most {fmt_ratio(t / max(w, 1))} as fast"
     step = agg.get("step_ms_per_step")
-    new_step = None if step is None else step * (1 - d) / (1 - RESIDUAL_WAIT_FRAC)
-    expected = (f"{change}: data wait {fmt_pct(d)} → ≤ {fmt_pct(RESIDUAL_WAIT_FRAC)}, "
-                f"{_gain_words(gain)} (step {fmt_ms(_s(step))} → {fmt_ms(_s(new_step))})")
+    new_step = None if step is None else step / gain
+    expected = (f"{change}: data wait {fmt_pct(d)} → {after}, {_gain_words(gain)} "
+                f"(step {fmt_ms(_s(step))} → {fmt_ms(_s(new_step))}{why})")
     # The capacity model prices DataLoader changes; a Keras run keeps its own fix and the
     # split-based estimate (Keras's torch backend runs a DataLoader the script never sees).
     priced = None if framework_of(summary or {}) == KERAS else capacity_fix(agg)
@@ -298,7 +316,7 @@ def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
         params, trainable = model.get("params"), model.get("trainable_params")
         frozen = None if not params or trainable is None else trainable < 0.5 * params
         bf16 = (summary.get("host") or {}).get("bf16")
-        fix = keras_compute_fix(bool(bf16), model.get("precision") == "bf16", frozen,
+        fix = keras_compute_fix(bool(bf16), model.get("precision") in ("bf16", "fp16"), frozen,
                                 loader.get("augments"))
         gain = ("bf16 measured 2.8× for InceptionResNetV2 on a CPU with AVX-512 BF16 "
                 "(stepscope train); measure it under Keras" if bf16 else None)

@@ -19,6 +19,7 @@ from stepscope.analysis.contracts_summary import (
     DatasetFacts,
     EpochRow,
     HostFacts,
+    InputFacts,
     LoaderFacts,
     MemorySection,
     ModelFacts,
@@ -293,12 +294,18 @@ def _loader_section(facts: dict[str, Fact]) -> LoaderFacts:
             "wait_unclocked": _fact(facts, "loop.keras_wait_unclocked"),
             "distribute_strategy": _fact(facts, "loop.distribute_strategy"),
             "distribute_replicas": _fact(facts, "loop.distribute_replicas"),
-            "kind": _fact(facts, "loader.kind"), "class": _fact(facts, "loader.class"),
-            "workers": _fact(facts, "loader.workers"),
-            "multiprocessing": _fact(facts, "loader.multiprocessing"),
-            "parallel_calls": _fact(facts, "loader.parallel_calls"),
-            "prefetch": _fact(facts, "loader.prefetch"), "cache": _fact(facts, "loader.cache"),
-            "augments": _fact(facts, "loader.augments")}
+            **_input_facts(facts, "loader."),
+            "val": _input_facts(facts, "loader.val_") if "loader.val_kind" in facts else None}
+
+
+def _input_facts(facts: dict[str, Fact], prefix: str) -> InputFacts:
+    """One input's facts (``describe_input``: ``loader.*`` for training, ``loader.val_*``)."""
+    return {"kind": _fact(facts, prefix + "kind"), "class": _fact(facts, prefix + "class"),
+            "workers": _fact(facts, prefix + "workers"),
+            "multiprocessing": _fact(facts, prefix + "multiprocessing"),
+            "parallel_calls": _fact(facts, prefix + "parallel_calls"),
+            "prefetch": _fact(facts, prefix + "prefetch"), "cache": _fact(facts, prefix + "cache"),
+            "augments": _fact(facts, prefix + "augments")}
 
 
 def _dataset_facts(facts: dict[str, Fact]) -> DatasetFacts:
@@ -315,10 +322,16 @@ def _model_facts(facts: dict[str, Fact]) -> ModelFacts:
             "channels_last": _fact(facts, "train.channels_last")}
 
 
-def _host_facts(facts: dict[str, Fact], cache: SampleCache, cores: float | None) -> HostFacts:
+def _host_facts(facts: dict[str, Fact], cache: SampleCache, cores: float | None,
+                device: str | None) -> HostFacts:
+    # Native bf16 on the device that trained: the trainer's own fact, else the CPU's flags
+    # where the run trained on the CPU (a GPU's is not read from the host).
+    bf16 = _fact(facts, "env.bf16")
+    if bf16 is None and device == "cpu":
+        bf16 = _fact(facts, "env.cpu_bf16")
     return {"cores": cores, "mem_total_bytes": cache.peak("host", "mem_total_bytes").max(),
             "mem_available_min_bytes": cache.get("host", "mem_available_bytes").min(),
-            "bf16": _fact(facts, "env.bf16")}
+            "bf16": bf16}
 
 
 def _memory(cache: SampleCache, reader: RunReader, main_pid: int | None, gpu: int | None,
@@ -387,7 +400,7 @@ def build_summary(reader: RunReader) -> Summary:
         "dataset": _dataset_facts(facts),
         "model": _model_facts(facts),
         "loader": _loader_section(facts),
-        "host": _host_facts(facts, cache, cores),
+        "host": _host_facts(facts, cache, cores, run.device),
         "system": _system_section(cache, gpu),
         # Distributed runs: filled from the rank stores by add_rank_stores (analysis/ranks.py).
         "ranks": [],

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from stepscope.analysis.contracts_summary import LoaderFacts
+from stepscope.analysis.contracts_summary import InputFacts, LoaderFacts
 
 PYTORCH = "pytorch"
 KERAS = "keras"
@@ -81,15 +81,119 @@ def vocab(framework: str | None) -> Vocab:
     return TABLE.get(framework or PYTORCH, TABLE[PYTORCH])
 
 
-def keras_workers_fix(loader: LoaderFacts, workers: int, target: int) -> str:
+def phase_input(loader: LoaderFacts | None, phase: str) -> LoaderFacts | None:
+    """The loader facts a ``phase``'s advice speaks of: validation's own input where watch
+    recorded one (a Keras ``fit`` may validate on a PyDataset while it trains on tf.data)."""
+    val = loader.get("val") if loader is not None and phase == "val" else None
+    if loader is None or not val:
+        return loader
+    return cast(LoaderFacts, {**loader, **val})
+
+
+def input_words(facts: LoaderFacts | InputFacts) -> str | None:
+    """One input as watch recorded it, in words: "a PyDataset (Batches) with 1 worker"."""
+    kind, n = facts.get("kind"), facts.get("workers")
+    if kind == "tf.data":
+        calls = int(facts.get("parallel_calls") or 1)
+        extra = [w for w, ok in (("prefetch", facts.get("prefetch")),
+                                 ("cache", facts.get("cache"))) if ok]
+        return (f"a tf.data pipeline with {calls} parallel call{'s' if calls != 1 else ''}"
+                + (" and " + " and ".join(extra) if extra else ""))
+    if kind in ("PyDataset", "ImageDataGenerator"):
+        name, n = facts.get("class"), n or 1
+        noun = ("worker process" if facts.get("multiprocessing") else "worker thread") \
+            + ("" if n == 1 else "es" if facts.get("multiprocessing") else "s")
+        return f"a {kind}{f' ({name})' if name and name != kind else ''} with {n} {noun}"
+    return {"generator": "a Python generator", "arrays": "NumPy arrays"}.get(str(kind))
+
+
+def differing_inputs(loader: LoaderFacts | None) -> tuple[str, str] | None:
+    """(training's input, validation's) in words, where a Keras ``fit`` used two unlike ones."""
+    val = loader.get("val") if loader is not None else None
+    if loader is None or not val:
+        return None
+    train_words, val_words = input_words(loader), input_words(val)
+    if train_words is None or val_words is None or train_words == val_words:
+        return None
+    return train_words, val_words
+
+
+def _tf_data_missing(loader: LoaderFacts, phase: str, cores: int) -> list[tuple[str, str]]:
+    """What a tf.data pipeline lacks of the three remedies, as recorded (``_tf_pipeline``: its
+    widest map, AUTOTUNE counted as the job's cores; any prefetch; any cache): (what it lacks,
+    the remedy in tf.data's API)."""
+    calls = int(loader.get("parallel_calls") or 1)
+    out = []
+    if calls < cores:
+        out.append((f"too few parallel calls (now {calls})",
+                    f"map(..., num_parallel_calls=tf.data.AUTOTUNE) (now {calls})"))
+    if not loader.get("prefetch"):
+        out.append(("no prefetch", ".prefetch(tf.data.AUTOTUNE) at the end"))
+    if not loader.get("cache"):
+        out.append(("no cache", ".cache() after decoding (validation reads the same images "
+                    "every epoch)" if phase == "val" else ".cache() after decoding, if the "
+                    "decoded set fits in RAM and nothing random comes before it"))
+    return out
+
+
+def _tf_data_has(loader: LoaderFacts) -> str:
+    calls = int(loader.get("parallel_calls") or 1)
+    has = [f"maps with {calls} parallel call{'s' if calls != 1 else ''}"]
+    has += [w for w, ok in (("prefetches", loader.get("prefetch")),
+                            ("caches", loader.get("cache"))) if ok]
+    return "the tf.data pipeline already " + (", ".join(has[:-1]) + " and " + has[-1]
+                                              if len(has) > 1 else has[0])
+
+
+def keras_moderate_wait_fix(loader: LoaderFacts | None, phase: str, cores: int) -> str:
+    """A data wait under the input-bound threshold: what would hide it, in the API of the
+    phase's input, leaving out what that input already does."""
+    kind = loader.get("kind") if loader is not None else None
+    if loader is not None and kind == "tf.data":
+        missing = _tf_data_missing(loader, phase, cores)
+        if not missing:
+            return (_tf_data_has(loader) + ": what is left is each batch's own cost (cheaper "
+                    "per-batch work, or larger batches over the same images)")
+        return "hide it in the tf.data pipeline: " + "; ".join(m for _, m in missing)
+    if loader is not None and kind in ("PyDataset", "ImageDataGenerator"):
+        w = loader.get("workers") or 1
+        if loader.get("framework") == "tf.keras":
+            return f"more loading workers would hide it: model.fit(..., workers=N) (now {w})"
+        return (f"more loading workers would hide it: construct the "
+                f"{loader.get('class') or kind} with workers=N (now {w})")
+    if kind == "generator":
+        return ("a Python generator makes its batches one at a time, in one thread: as a "
+                "keras.utils.PyDataset with workers=2 they would be made ahead of the step")
+    return vocab(KERAS).moderate_wait_fix
+
+
+def keras_workers_spare(loader: LoaderFacts | None, phase: str, cores: int) -> str:
+    """Cause ``workers`` in the words of the phase's input."""
+    head = "the input pipeline had cores to spare yet the loop waited: "
+    kind = loader.get("kind") if loader is not None else None
+    if loader is not None and kind == "tf.data":
+        # a cache is no remedy for a wait with cores to spare: it saves their work
+        lacks = [what for what, _ in _tf_data_missing(loader, phase, cores) if what != "no cache"]
+        if lacks:
+            return head + "the tf.data pipeline has " + " and ".join(lacks)
+        return head + _tf_data_has(loader) + ", so its per-batch work is what the loop waits for"
+    if loader is not None and kind in ("PyDataset", "ImageDataGenerator"):
+        return head + f"too few loading workers (now {loader.get('workers') or 1})"
+    if kind == "generator":
+        return head + "a Python generator makes its batches one at a time, in one thread"
+    return vocab(KERAS).workers_spare
+
+
+def keras_workers_fix(loader: LoaderFacts, workers: int, target: int,
+                      phase: str = "train") -> str:
     """Raise the parallelism of the input the Keras run uses, in its own API."""
     kind = loader.get("kind")
     legacy = loader.get("framework") == "tf.keras"
     if kind == "tf.data":
-        cache = "" if loader.get("cache") else (", .cache() after decoding if the decoded set "
-                                                "fits in RAM and nothing random comes before it")
-        return ("give the tf.data pipeline parallel work: map(..., num_parallel_calls="
-                "tf.data.AUTOTUNE), then .prefetch(tf.data.AUTOTUNE) at the end" + cache)
+        missing = _tf_data_missing(loader, phase, target)
+        if not missing:  # at the job's cores already: a busier pipeline helps no more
+            return _tf_data_has(loader) + ": make each batch cheaper"
+        return "give the tf.data pipeline more parallel work: " + "; ".join(m for _, m in missing)
     if kind == "generator":
         return (f"a Python generator runs in one thread: rewrite it as a keras.utils.PyDataset "
                 f"(__len__ and __getitem__) with workers={target}, use_multiprocessing=True")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepscope.observe.base import SamplerUnavailable
+from stepscope.policy import cpu_has_native_bf16
 from stepscope.store.records import Sample
 
 PROC = Path("/proc")
@@ -261,4 +262,36 @@ def env_facts(*, proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> Mapping[
         # cuda:N counts the devices this mask leaves, not NVML's gpuN (analysis/gpu_identity.py)
         "env.cuda_visible_devices": (os.environ.get("CUDA_VISIBLE_DEVICES"),
                                      "CUDA_VISIBLE_DEVICES of the recording process"),
+        "env.cpu_bf16": (_cpu_bf16(proc), "/proc/cpuinfo flags: avx512_bf16 or amx_bf16 "
+                                          "(native bf16 math on this CPU)"),
     }
+
+
+def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
+    """``(model name, flags)`` of the first CPU in /proc/cpuinfo text (arm64 says "Features").
+
+    Examples:
+        >>> name, flags = parse_cpuinfo("model name\\t: Zen\\nflags\\t\\t: sse2 avx2\\n")
+        >>> name, sorted(flags)
+        ('Zen', ['avx2', 'sse2'])
+    """
+    name, flags = "unknown", frozenset[str]()
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if not sep:
+            continue
+        if key == "model name" and name == "unknown":
+            name = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = frozenset(value.split())
+    return name, flags
+
+
+def _cpu_bf16(proc: Path) -> bool | None:
+    """Whether the CPU does bf16 math natively (None when /proc/cpuinfo cannot be read)."""
+    try:
+        text = (proc / "cpuinfo").read_text()
+    except OSError:
+        return None
+    return cpu_has_native_bf16(parse_cpuinfo(text)[1])

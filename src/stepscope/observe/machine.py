@@ -27,7 +27,7 @@ from stepscope.observe.base import SamplerUnavailable
 from stepscope.observe.blkio import blkio_available
 from stepscope.observe.disk import block_device_for
 from stepscope.observe.gpu import Nvml
-from stepscope.observe.host import cpu_quota_cores, parse_meminfo, parse_pressure
+from stepscope.observe.host import cpu_quota_cores, parse_cpuinfo, parse_meminfo, parse_pressure
 from stepscope.observe.proctree import parse_io
 from stepscope.reports import CapabilityRow
 
@@ -66,27 +66,6 @@ class CpuFacts:
     usable_cores: int
     isa: dict[str, bool]
     load_avg_1m: float
-
-
-def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
-    """``(model name, flags)`` of the first CPU in /proc/cpuinfo text (arm64 says "Features").
-
-    Examples:
-        >>> name, flags = parse_cpuinfo("model name\\t: Zen\\nflags\\t\\t: sse2 avx2\\n")
-        >>> name, sorted(flags)
-        ('Zen', ['avx2', 'sse2'])
-    """
-    name, flags = "unknown", frozenset[str]()
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        key = key.strip()
-        if not sep:
-            continue
-        if key == "model name" and name == "unknown":
-            name = value.strip()
-        elif key in ("flags", "Features") and not flags:
-            flags = frozenset(value.split())
-    return name, flags
 
 
 def cpu_facts(*, proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> CpuFacts:

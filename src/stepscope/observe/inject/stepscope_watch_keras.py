@@ -338,6 +338,9 @@ def _count(v: Any) -> int:
     return count
 
 
+PRECISION = {"bfloat16": "bf16", "float16": "fp16"}  # a Keras compute dtype, as train.precision
+
+
 def ledger_facts(model: Any, rec: Recorder) -> None:
     """Weights and optimizer state after the first training phase (the optimizer exists now)."""
     w_bytes = o_bytes = 0
@@ -349,6 +352,10 @@ def ledger_facts(model: Any, rec: Recorder) -> None:
         rec.fact("model.params", sum(_count(v) for v in weights), "watch: Keras model.weights")
         rec.fact("model.trainable_params", sum(_count(v) for v in trainable),
                  "watch: Keras model.trainable_weights")
+        compute = str(getattr(getattr(model, "dtype_policy", None), "compute_dtype", ""))
+        if compute:  # mixed_bfloat16 computes in bfloat16, mixed_float16 in float16
+            rec.fact("train.precision", PRECISION.get(compute, "fp32"),
+                     "watch: Keras model.dtype_policy.compute_dtype")
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:
             variables = optimizer.variables
