@@ -1,0 +1,68 @@
+"""Does the mixed_bfloat16 advice pay where stepscope gives it? A rerun against the baseline.
+
+Runs ``tests/watch_scripts/keras_known.py`` (Keras 3 on TensorFlow, instant tf.data batches)
+under ``stepscope watch`` with a compute-bound model, checks that its finding advises
+``keras.mixed_precision.set_global_policy("mixed_bfloat16")`` (it does only on a CPU with native
+bf16: AVX512-BF16 or AMX), reruns the script with that policy, and compares training throughput
+(images a second over the epochs after the first, which traces). Baseline and rerun alternate
+so machine noise hits both alike. Two models: ``conv`` (three 3×3 convolutions, the known-answer
+test's) and ``dense`` (a tiny Dense net, where the step is Keras's own overhead, not math): the
+advice has no predicted figure under Keras, so the bench says what it buys for each.
+
+Usage:
+    PYTHONPATH=$PWD/src .venv/bin/python bench/keras_bf16.py [--pairs 3] [--steps 48]
+        [--models conv dense]
+
+The last line is one JSON object: the achieved speed-up per model (median over pairs, range).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from keras_spe_gain import train_rate, watch_known
+
+ADVICE = 'set_global_policy("mixed_bfloat16")'
+
+
+def _watch(out: Path, model: str, steps: int, policy: str | None) -> dict:
+    return watch_known(out, "tensorflow", "tfdata", "0", model, "--steps", str(steps),
+                       "--epochs", "3", *(["--policy", policy] if policy else []))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=48)
+    ap.add_argument("--models", nargs="+", default=["conv", "dense"])
+    args = ap.parse_args()
+    out: dict[str, object] = {"bench": "keras_bf16", "pairs": args.pairs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in args.models:
+            ratios: list[float] = []
+            advised = []
+            for i in range(args.pairs):
+                base = _watch(Path(tmp) / f"{model}-base{i}", model, args.steps, None)
+                fix = " ".join(f["fix"] for f in base["findings"])
+                advised.append(ADVICE in fix)
+                bf16 = _watch(Path(tmp) / f"{model}-bf16{i}", model, args.steps,
+                              "mixed_bfloat16")
+                ratio = train_rate(bf16) / train_rate(base)
+                ratios.append(ratio)
+                print(f"{model} pair {i + 1}: fp32 {train_rate(base):.0f} img/s "
+                      f"({base['by_phase']['train']['verdict']}, mixed_bfloat16 "
+                      f"{'advised' if advised[-1] else 'not advised'}), mixed_bfloat16 "
+                      f"{train_rate(bf16):.0f} img/s: {ratio:.2f}×", flush=True)
+            out[model] = {"advised": all(advised), "achieved_x": round(statistics.median(ratios), 2),
+                          "range_x": [round(min(ratios), 2), round(max(ratios), 2)]}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
