@@ -1,6 +1,7 @@
 """Does the mixed_bfloat16 advice pay where stepscope gives it? A rerun against the baseline.
 
-Runs ``tests/watch_scripts/keras_known.py`` (Keras 3 on TensorFlow, instant tf.data batches)
+Runs ``tests/watch_scripts/keras_known.py`` (Keras 3, instant tf.data batches, on TensorFlow
+or ``--backend jax|torch``)
 under ``stepscope watch`` with a compute-bound model, checks that its finding advises
 ``keras.mixed_precision.set_global_policy("mixed_bfloat16")`` (it does only on a CPU with native
 bf16: AVX512-BF16 or AMX), reruns the script with that policy, and compares training throughput
@@ -11,7 +12,7 @@ advice has no predicted figure under Keras, so the bench says what it buys for e
 
 Usage:
     PYTHONPATH=$PWD/src .venv/bin/python bench/keras_bf16.py [--pairs 3] [--steps 48]
-        [--models conv dense]
+        [--models conv dense] [--backend tensorflow|jax|torch]
 
 The last line is one JSON object: the achieved speed-up per model (median over pairs, range).
 """
@@ -31,8 +32,8 @@ from keras_spe_gain import train_rate, watch_known
 ADVICE = 'set_global_policy("mixed_bfloat16")'
 
 
-def _watch(out: Path, model: str, steps: int, policy: str | None) -> dict:
-    return watch_known(out, "tensorflow", "tfdata", "0", model, "--steps", str(steps),
+def _watch(out: Path, backend: str, model: str, steps: int, policy: str | None) -> dict:
+    return watch_known(out, backend, "tfdata", "0", model, "--steps", str(steps),
                        "--epochs", "3", *(["--policy", policy] if policy else []))
 
 
@@ -41,17 +42,19 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--models", nargs="+", default=["conv", "dense"])
+    ap.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default="tensorflow")
     args = ap.parse_args()
-    out: dict[str, object] = {"bench": "keras_bf16", "pairs": args.pairs}
+    out: dict[str, object] = {"bench": "keras_bf16", "backend": args.backend, "pairs": args.pairs}
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
             ratios: list[float] = []
             advised = []
             for i in range(args.pairs):
-                base = _watch(Path(tmp) / f"{model}-base{i}", model, args.steps, None)
+                base = _watch(Path(tmp) / f"{model}-base{i}", args.backend, model, args.steps,
+                              None)
                 fix = " ".join(f["fix"] for f in base["findings"])
                 advised.append(ADVICE in fix)
-                bf16 = _watch(Path(tmp) / f"{model}-bf16{i}", model, args.steps,
+                bf16 = _watch(Path(tmp) / f"{model}-bf16{i}", args.backend, model, args.steps,
                               "mixed_bfloat16")
                 ratio = train_rate(bf16) / train_rate(base)
                 ratios.append(ratio)

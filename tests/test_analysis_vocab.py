@@ -9,6 +9,7 @@ import pytest
 from stepscope.analysis.keras_loader import workers_answer
 from stepscope.analysis.vocab import (
     differing_inputs,
+    keras_bf16_pays,
     keras_compute_fix,
     keras_cpu_fix,
     keras_moderate_wait_fix,
@@ -105,3 +106,11 @@ def test_mixed_bfloat16_is_advised_only_on_a_measured_native_bf16_device() -> No
     assert said not in keras_compute_fix(None, False, None, None)  # not read: not said
     assert said not in keras_compute_fix(False, False, None, None)
     assert said not in keras_compute_fix(True, True, None, None)  # the model computes in it
+
+
+def test_mixed_bfloat16_pays_only_where_a_backend_was_measured_faster() -> None:
+    assert keras_bf16_pays(True, "tensorflow", "cpu") and keras_bf16_pays(True, "torch", "cpu")
+    assert not keras_bf16_pays(True, "jax", "cpu")  # XLA's CPU backend ran it slower
+    assert not keras_bf16_pays(True, None, "cpu")  # backend not recorded: not measured
+    assert keras_bf16_pays(True, "jax", "cuda:0")  # a GPU's native bf16
+    assert not keras_bf16_pays(None, "tensorflow", "cpu")

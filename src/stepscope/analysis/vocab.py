@@ -248,6 +248,20 @@ def keras_storage_fix() -> str:
             "PyDataset workers so more reads are in flight")
 
 
+# mixed_bfloat16 on a CPU with native bf16 (AMX), per Keras backend, the known-answer conv model
+# rerun in it (bench/keras_bf16.py, docs/keras.md): TensorFlow and torch ran faster, JAX slower
+# (XLA's CPU backend). Where it was not measured, it is not advised.
+KERAS_CPU_BF16_PAYS = {"tensorflow": True, "torch": True, "jax": False}
+
+
+def keras_bf16_pays(native: bool | None, backend: str | None, device: str | None) -> bool:
+    """Whether to advise mixed_bfloat16: the device's bf16 is native (``host.bf16``, as read)
+    and, on a CPU, the backend was measured faster in it."""
+    if not native:
+        return False
+    return device != "cpu" or KERAS_CPU_BF16_PAYS.get(backend or "", False)
+
+
 def keras_compute_fix(bf16_capable: bool | None, tried_bf16: bool, frozen: bool | None,
                       augments: bool | None) -> str:
     """What is left for a compute-bound Keras run."""
