@@ -59,16 +59,35 @@ def test_phase_table() -> None:
     assert render(phase_table(SUMMARY)) == [
         "Epochs and phases (steady-state steps)",
         "",
-        " epoch     img/s   wait   copy   comp   verdict             disk   cache     resident    CPU    GPU",
-        " " + "─" * 98,
-        " 1 train     8.0   62 %    1 %   35 %   input-bound       450 MB   20 MB     0 %→82 %   61 %      —",
-        "                                        (storage)",
-        " 1 val      20.0   10 %    1 %   87 %   compute-bound     100 MB     0 B   82 %→100 %   98 %   71 %",
+        " epoch    img/s  wait  copy  comp  verdict                  disk  cache  resident   CPU   GPU",
+        " " + "─" * 92,
+        " 1 train    8.0  62 %   1 %  35 %  input-bound (storage)  450 MB  20 MB    0→82 %  61 %     —",
+        " 1 val     20.0  10 %   1 %  87 %  compute-bound          100 MB    0 B  82→100 %  98 %  71 %",
         "",
-        "wait = blocked on the data loader, copy = host→device, comp = forward+backward+optimizer (shares of",
-        "step time); disk = bytes read from the device, cache = bytes served by the page cache; resident =",
-        "share of the dataset in the page cache at start→end; CPU = mean over cores, GPU = NVML utilization",
+        "wait = blocked on the data loader, copy = host→device, comp = forward + backward + optimizer",
+        "(shares of step time); disk = bytes read from the device; cache = bytes served by the page",
+        "cache; resident = share of the dataset in the page cache at start→end; CPU = mean over cores;",
+        "GPU = NVML utilization",
     ]
+
+
+def test_phase_table_fits_80_columns_and_leaves_out_what_no_phase_measured() -> None:
+    """A CPU run: no copy column (nothing goes to a device), no GPU column (none measured), and
+    no line of the table or its legend wider than an 80-column terminal, none cropped."""
+    cpu = copy.deepcopy(SUMMARY)
+    cpu["run"]["device"] = "cpu"
+    for p in cpu["phases"]:
+        p["gpu_util_pct"] = None
+    console = Console(width=80, file=io.StringIO(), color_system=None, legacy_windows=False,
+                      force_terminal=False, _environ={})
+    console.print(phase_table(cpu))
+    lines = [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
+    head = lines[2].split()
+    assert "copy" not in head and "GPU" not in head and head[-1] == "CPU", head
+    assert all(len(line) <= 80 for line in lines)
+    legend = " ".join(lines[lines.index("", 3) + 1:])
+    assert legend.endswith("CPU = mean over cores") and "copy =" not in legend
+    assert "served by the page cache" in legend  # folded whole, not cropped
 
 
 def test_comparison_table() -> None:

@@ -443,6 +443,49 @@ def test_keras3_tensorflow_memory_ledger_names_the_runtime(tmp_path: Path) -> No
     assert s["memory"]["unattributed_frac"] <= 0.2
 
 
+FOLDER_SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_folder.py"
+COLD_READ_MIN_FRAC = 0.80  # epoch 1: physical reads / the dataset's bytes
+WARM_READ_MAX_FRAC = 0.05  # epoch 2
+
+
+@pytest.mark.slow
+def test_keras_folder_pipeline_cold_then_warm_page_cache(tmp_path: Path) -> None:
+    """The seed's "disk silent after epoch 1" on a Keras tf.data script: the files that
+    ``image_dataset_from_directory`` slices into its pipeline are found, evicted from the page
+    cache before the run (planted), read from the disk in epoch 1 and from memory in epoch 2,
+    and the explanation says so with the bytes and the residency."""
+    from stepscope.observe.disk import block_device_for
+    from stepscope.observe.pagecache import evict, resident_bytes
+
+    synth, folders = tmp_path / "synth", tmp_path / "folders"
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    subprocess.run([PY, "-m", "stepscope", "data", "synth", str(synth), "--images", "320"],
+                   env=env, check=True, capture_output=True, timeout=300)
+    files: list[Path] = []
+    for split in ("train", "valid"):
+        for line in (synth / f"{split}.csv").read_text().splitlines()[1:]:
+            name, label = line.strip().split(",")
+            (folders / split / label).mkdir(parents=True, exist_ok=True)
+            files.append(folders / split / label / name)
+            os.link(synth / "images" / name, files[-1])  # same inode: one page cache
+    if block_device_for(files[0]) is None:
+        pytest.skip(f"{tmp_path} is on no block device (tmpfs?): nothing is read from disk")
+    evict(files, sync=True)
+    left = sum(resident_bytes(f)[0] for f in files)
+    if left > 0.05 * sum(f.stat().st_size for f in files):
+        pytest.skip(f"eviction left {left} bytes resident (pages pinned by another process)")
+    s = _run_script(tmp_path, FOLDER_SCRIPT, str(folders), "--epochs", "2")
+    assert s["dataset"]["files"] == len(files)
+    ds_bytes = s["dataset"]["bytes"]
+    epochs = {e["epoch"]: e for e in s["epochs"]}
+    assert epochs[1]["disk_read_bytes"] >= COLD_READ_MIN_FRAC * ds_bytes, epochs[1]
+    assert epochs[2]["disk_read_bytes"] <= WARM_READ_MAX_FRAC * ds_bytes, epochs[2]
+    starts = {(p["epoch"], p["phase"]): p["dataset_resident_frac_start"] for p in s["phases"]}
+    assert starts[(1, "train")] < 0.1 and starts[(2, "train")] > 0.9, starts
+    assert "Why the disk was busy, then idle" in s["_printed"]
+    assert "the kernel's page cache served them from memory" in s["_printed"]
+
+
 @pytest.fixture(scope="module")
 def seed_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """60 synthetic JPEGs: 48 train (6 batches of 8), 12 validation (2 batches). Each
@@ -468,6 +511,8 @@ def test_seed_keras_script_on_tensorflow(tmp_path: Path, seed_data: Path) -> Non
         assert p["verdict"] == "compute-bound", p
         assert p["data_wait_frac"] < 0.2, p
     assert s["loader"]["kind"] == "ImageDataGenerator" and s["loader"]["augments"] is True
+    # flow_from_dataframe's iterators name their files: 48 training and 12 validation images
+    assert s["dataset"]["files"] == 60
     text = _text(s)
     for word in PYTORCH_ONLY_WORDS:
         assert word not in text, word

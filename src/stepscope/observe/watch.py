@@ -61,6 +61,8 @@ PYTHONPATH_VAR = "STEPSCOPE_WATCH_PYTHONPATH"
 PHASE_HINT_VAR = "STEPSCOPE_WATCH_PHASE_HINT"  # as inject/stepscope_watch_loop.HINT_VAR
 PHASE_HINTS = ("auto", "mode", "grad")
 FRAMEWORKS = ("torch", "tensorflow", "jax")
+DATASET_SOURCES = ("torchvision DatasetFolder/ImageFolder datasets, Keras ImageDataGenerator "
+                   "iterators and file paths in a tf.data pipeline")  # where the hooks look
 NO_STEPS_NOTE = (
     "no training steps seen: step-level timing (data wait / transfer / compute) needs a PyTorch "
     "DataLoader loop, Keras fit/evaluate/predict, a Lightning Trainer, or the stepscope.Monitor "
@@ -280,10 +282,8 @@ class RecordSink:
     def _dataset(self, m: list[Any]) -> None:
         known = {str(p) for p in self.dataset_files}
         new = [Path(p) for p in m[1] if isinstance(p, str) and p not in known]
-        if not new:
-            return
         self.dataset_files += new
-        if self._residency_on:
+        if new and self._residency_on:
             self._start_residency()
 
     # -- dataset residency ------------------------------------------------------------------------
@@ -294,7 +294,7 @@ class RecordSink:
         files = self.dataset_files
         self.residency = DatasetResidency(files)
         sizes = sum(_size(p) for p in files)
-        how = "files of the datasets the watched script iterated (torchvision DatasetFolder)"
+        how = f"files of the datasets the watched script iterated ({DATASET_SOURCES})"
         self._writer.fact("dataset.files", len(files), how)
         self._writer.fact("dataset.bytes", sizes, "sum of those files' sizes (os.stat)")
         self._writer.fact("dataset.residency_sample_files", len(self.residency.sample_files),
@@ -319,9 +319,8 @@ class RecordSink:
                 self._writer.fact("mem.framework", framework,
                                   "watch: the framework the command imported (Keras: its backend)")
             if not self.dataset_files:
-                notes.append("no dataset files discovered (watch finds them in torchvision "
-                             "DatasetFolder/ImageFolder datasets): page-cache residency of the "
-                             "dataset not sampled")
+                notes.append(f"no dataset files discovered (watch finds them in "
+                             f"{DATASET_SOURCES}): page-cache residency of the dataset not sampled")
             if self.steps == 0:
                 notes.append(NO_STEPS_NOTE + ("" if self.hooked_pid else NO_HOOKS_NOTE))
             if self.bad_lines:

@@ -60,8 +60,16 @@ def phase_verdict(p: PhaseRow) -> str:
 
 
 def fmt_residency(start: float | None, end: float | None) -> str:
-    """Share of the dataset in the page cache at a phase's start → end ("0 %→82 %")."""
-    return fmt_span(fmt_pct(start), fmt_pct(end))
+    """Share of the dataset in the page cache at a phase's start → end ("0→82 %": the unit
+    once, so that the column fits 80 columns unbroken).
+
+    Examples:
+        >>> fmt_residency(0.0, 0.82), fmt_residency(None, 1.0), fmt_residency(None, None)
+        ('0→82 %', '—→100 %', '—')
+    """
+    if start is None or end is None:
+        return fmt_span(fmt_pct(start), fmt_pct(end))
+    return f"{fmt_pct(start).removesuffix(' %')}→{fmt_pct(end)}"
 
 
 # -- tables ---------------------------------------------------------------------------------------
@@ -77,29 +85,42 @@ def phase_table(summary: Summary) -> Table:
         >>> Console().print(phase_table(load_summary(Path("runs/demo"))))
     """
     t = _table("Epochs and phases (steady-state steps)")
+    t.collapse_padding = True  # two spaces between columns: nine fit 80 columns
+    phases = summary.get("phases") or []
+    # A CPU run copies nothing to a device: its copy column would be 0 % in every row.
+    copy = (summary.get("run") or {}).get("device") != "cpu"
     t.add_column("epoch", no_wrap=True)
-    for name in ("img/s", "wait", "copy", "comp"):
+    for name in ("img/s", "wait", *(["copy"] if copy else []), "comp"):
         t.add_column(name, justify="right", no_wrap=True)
     t.add_column("verdict", min_width=14, overflow="fold")  # wraps rather than vanishing at 80 columns
-    # These may wrap at 80 columns so that the verdict keeps its room.
-    for name in ("disk", "cache", "resident", "CPU", "GPU"):
-        t.add_column(name, justify="right")
-    for p in summary.get("phases") or []:
+    # The system columns, each with its caption; one that no phase measured (GPU on a CPU run,
+    # residency without the dataset's files) is left out, so that the rest fit 80 columns.
+    extra = [(name, words, cells) for name, words, cells in (
+        ("disk", "disk = bytes read from the device",
+         [fmt_bytes(p.get("disk_read_bytes")) for p in phases]),
+        ("cache", "cache = bytes served by the page cache",
+         [fmt_bytes(p.get("cache_read_bytes")) for p in phases]),
+        ("resident", "resident = share of the dataset in the page cache at start→end",
+         [fmt_residency(p.get("dataset_resident_frac_start"), p.get("dataset_resident_frac_end"))
+          for p in phases]),
+        ("CPU", "CPU = mean over cores", [fmt_pct_value(p.get("cpu_util_pct")) for p in phases]),
+        ("GPU", "GPU = NVML utilization", [fmt_pct_value(p.get("gpu_util_pct")) for p in phases]),
+    ) if any(c != MISSING for c in cells)]
+    for name, _, _ in extra:  # these may wrap at 80 columns so that the verdict keeps its room
+        t.add_column(name, justify="right", no_wrap=name == "resident")
+    for i, p in enumerate(phases):
         verdict = phase_verdict(p)
         t.add_row(
             f"{p.get('epoch', '')} {p.get('phase', '')}",
             fmt_num(p.get("images_per_s")), fmt_pct(p.get("data_wait_frac")),
-            fmt_pct(p.get("transfer_frac")), fmt_pct(p.get("compute_frac")),
+            *([fmt_pct(p.get("transfer_frac"))] if copy else []), fmt_pct(p.get("compute_frac")),
             Text(verdict, style=VERDICT_STYLE.get(str(p.get("verdict")), "")),
-            fmt_bytes(p.get("disk_read_bytes")), fmt_bytes(p.get("cache_read_bytes")),
-            fmt_residency(p.get("dataset_resident_frac_start"),
-                          p.get("dataset_resident_frac_end")),
-            fmt_pct_value(p.get("cpu_util_pct")), fmt_pct_value(p.get("gpu_util_pct")),
+            *(cells[i] for _, _, cells in extra),
         )
-    t.caption = ("wait = blocked on the data loader, copy = host→device, comp = forward+backward+"
-                 "optimizer (shares of step time); disk = bytes read from the device, cache = "
-                 "bytes served by the page cache; resident = share of the dataset in the page "
-                 "cache at start→end; CPU = mean over cores, GPU = NVML utilization")
+    shares = "wait = blocked on the data loader, " + ("copy = host→device, " if copy else "") \
+        + "comp = forward + backward + optimizer (shares of step time)"
+    # folded, not cropped: a caption line wider than the table lost its end at 80 columns
+    t.caption = Text("; ".join([shares] + [words for _, words, _ in extra]), overflow="fold")
     t.caption_justify = "left"
     return t
 

@@ -99,9 +99,47 @@ def classify(x: Any, call: dict[str, Any]) -> dict[str, Any]:
     return {"kind": type(x).__name__, "workers": None}
 
 
+def input_files(x: Any) -> list[str]:
+    """Absolute paths of the files a Keras input reads, where it names them: a legacy
+    ImageDataGenerator iterator's ``filepaths`` (``flow_from_dataframe``/``_directory``), file
+    paths sliced into a tf.data pipeline (``image_dataset_from_directory``, ``list_files``) or a
+    ``TFRecordDataset``'s files. Empty when unknown (arrays, a PyDataset's own reads)."""
+    paths = getattr(x, "filepaths", None)
+    if not isinstance(paths, (list, tuple)):
+        paths = _tf_data_files(x) if type(x).__module__.startswith("tensorflow.python.data") \
+            else []
+    files = [os.path.abspath(p) for p in paths if isinstance(p, str)]
+    return files if files and os.path.isfile(files[0]) else []
+
+
+def _tf_data_files(ds: Any) -> list[str]:
+    """String tensors of file paths at a pipeline's sources: a ``from_tensor_slices`` of paths
+    (reached through maps, ``zip`` and ``concatenate``) or a ``TFRecordDataset``'s filenames."""
+    out: list[str] = []
+    todo, seen = [ds], 0
+    while todo and seen < 64:
+        d = todo.pop()
+        seen += 1
+        sources = [getattr(d, "_filenames", None), *(getattr(d, "_tensors", None) or ())]
+        for t in sources:
+            if getattr(t, "dtype", None) is not None and t.dtype.name == "string" \
+                    and t.shape.rank == 1:
+                out += [b.decode(errors="replace") for b in t.numpy()]
+        todo += [n for n in (getattr(d, "_input_dataset", None),
+                             getattr(d, "_dataset_to_concatenate", None)) if n is not None]
+        todo += list(getattr(d, "_datasets", None) or [])
+    return out
+
+
 def describe_input(x: Any, call: dict[str, Any], rec: Recorder, framework: str,
                    phase: str) -> dict[str, Any]:
-    """``classify`` plus ``loader.*`` facts, sent once per phase kind."""
+    """``classify`` plus ``loader.*`` facts, sent once per phase kind; the files the input
+    reads, where it names them (the parent samples their page-cache residency)."""
+    if x is not None:
+        try:
+            rec.dataset_files(x, input_files)
+        except Exception as exc:  # a nicety: never break the fit
+            rec.note("watch", f"Keras input files not read: {type(exc).__name__}: {exc}")
     out = classify(x, call)
     if out and rec.once(f"loader-{phase}"):
         how = f"watch: the {phase} input of {framework} Model.fit/evaluate ({type(x).__name__})"

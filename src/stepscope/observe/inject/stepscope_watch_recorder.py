@@ -396,12 +396,14 @@ class Recorder:
         self._cb_mark = t
 
     # -- datasets and exit ----------------------------------------------------------------------
-    def dataset_files(self, dataset: Any) -> None:
-        """Send the files of a file-backed dataset once (ImageFolder-style ``samples``)."""
+    def dataset_files(self, dataset: Any,
+                      find: Callable[[Any], list[str]] | None = None) -> None:
+        """Send the files of a file-backed dataset once: ``find(dataset)``, by default
+        ImageFolder-style ``samples`` (``find_dataset_files``)."""
         if id(dataset) in self._seen_datasets:
             return
         self._seen_datasets.add(id(dataset))
-        files = find_dataset_files(dataset)
+        files = (find or find_dataset_files)(dataset)
         if files:
             self.send(["D", files[:MAX_DATASET_FILES]], urgent=True)
 
