@@ -164,3 +164,28 @@ def test_validation_on_another_input_is_named_with_what_watch_recorded() -> None
     assert said in _tv("none", 8.0, 2.0, loader)
     assert "reads another input" not in _tv("none", 8.0, 2.0, {**loader, "val": None})
     assert "reads another input" not in _tv("none", 8.0, 2.0)
+
+
+def _tv2(val_ips: float, val_wait: float, val_compute: float,
+         val_disk: int | None = None) -> str:
+    from stepscope.analysis.explain import train_vs_val
+
+    train = {"images_per_s": 100.0, "data_wait_ms_per_image": 1.0, "compute_ms_per_image": 9.0,
+             "verdict": "compute-bound", "data_wait_frac": 0.1}
+    val = {**train, "images_per_s": val_ips, "data_wait_ms_per_image": val_wait,
+           "compute_ms_per_image": val_compute}
+    s = {"run": {}, "by_phase": {"train": train, "val": val},
+         "phases": [{"phase": "val", "epoch": 1, "disk_read_bytes": val_disk}]}
+    out = train_vs_val(s)
+    assert out is not None
+    return out[1]
+
+
+def test_slower_validation_is_explained_only_by_what_was_measured() -> None:
+    text = _tv2(50.0, 10.0, 9.0)
+    assert "2.0× slower" in text and "Validation is slower here: per image, it waited longer " \
+        "for data." in text
+    assert "cold files" not in text and "from disk" not in text  # no disk read measured
+    assert "its phases read 40 MB from disk" in _tv2(50.0, 10.0, 9.0, val_disk=40_000_000)
+    alike = _tv2(97.0, 1.0, 9.3)  # 3 % apart: neither faster nor slower
+    assert "about as fast" in alike and "slower here" not in alike

@@ -33,6 +33,7 @@ from stepscope.analysis.vocab import (
     vocab,
 )
 
+SAME_SPEED_RATIO = 1.10  # validation within 10 % of training's img/s: "about as fast"
 COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
 COLD_MIN_BYTES = 16_000_000
 CHECKPOINT_BUSY_S = 0.5
@@ -156,8 +157,11 @@ def train_vs_val(s: Summary) -> tuple[str, str] | None:
         return None
     ratio = va_ips / tr_ips
     faster = ratio >= 1.0
+    alike = 1.0 / SAME_SPEED_RATIO < ratio < SAME_SPEED_RATIO
+    pace = f"about as fast: {fmt_ratio(ratio)} its rate" if alike else \
+        f"{fmt_ratio(ratio if faster else 1 / ratio)} {'faster' if faster else 'slower'}"
     text = (f"Validation ran at {fmt_img_s(va['images_per_s'])} against {fmt_img_s(tr['images_per_s'])} in "
-            f"training ({fmt_ratio(ratio if faster else 1 / ratio)} {'faster' if faster else 'slower'}). "
+            f"training ({pace}). "
             f"Per image, the loop waited {_ms_of(tr['data_wait_ms_per_image'])} for data in training "
             f"and {_ms_of(va['data_wait_ms_per_image'])} in validation, and computed "
             f"{_ms_of(tr['compute_ms_per_image'])} against {_ms_of(va['compute_ms_per_image'])}.")
@@ -178,11 +182,18 @@ def train_vs_val(s: Summary) -> tuple[str, str] | None:
     if inputs is not None:  # watch: the inputs given to Model.fit, as recorded
         text += (f" Validation reads another input than training: {inputs[1]}, where training "
                  f"reads {inputs[0]} (watch: the inputs given to Model.fit).")
-    if reasons and faster:
+    if reasons and faster and not alike:
         text += " Validation is faster because " + " and ".join(reasons) + "."
-    elif not faster and inputs is None:
-        text += (" Validation is slower here: compare the figures above (cold files read for the "
-                 "first time, or a larger validation batch work).")
+    elif not faster and not alike and inputs is None:
+        # only what was measured: the per-image figures above, the validation phases' disk reads
+        slower = [w for w, more in (("it waited longer for data", _less(tr, va, "data_wait_ms_per_image")),
+                                    ("it computed longer", _less(tr, va, "compute_ms_per_image")))
+                  if more]
+        read = sum(p.get("disk_read_bytes") or 0 for p in s.get("phases") or [] if p["phase"] == "val")
+        if slower:
+            text += " Validation is slower here: per image, " + " and ".join(slower)
+            text += (f"; its phases read {fmt_bytes(read)} from disk." if read >= COLD_MIN_BYTES
+                     else ".")
     if va.get("verdict"):
         text += f" Validation itself was {va['verdict']} ({fmt_pct(va['data_wait_frac'])} data wait)."
     return "Why validation differs from training", text

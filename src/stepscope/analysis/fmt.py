@@ -74,10 +74,18 @@ def fmt_share(part: float | None, total: float | None) -> str:
 
 
 def fmt_ms(seconds: float | None) -> str:
-    """Seconds shown as milliseconds ("178 ms"), one decimal under 10 ms."""
+    """Seconds shown as milliseconds ("178 ms"), one decimal under 10 ms, microseconds under
+    0.1 ms (where "0.0 ms" would say nothing).
+
+    Examples:
+        >>> fmt_ms(0.178), fmt_ms(0.0042), fmt_ms(0.00004), fmt_ms(0.0)
+        ('178 ms', '4.2 ms', '40 µs', '0.0 ms')
+    """
     if seconds is None:
         return MISSING
     ms = seconds * 1000.0
+    if 0 < abs(ms) < 0.1:
+        return f"{ms * 1000.0:.0f} µs"
     return f"{ms:.1f} ms" if abs(ms) < 10 else f"{ms:.0f} ms"
 
 
