@@ -77,7 +77,8 @@ def _finish_run(run_dir: Path, *, show: bool = True, as_json: bool = False,
     if as_json:
         console.print_json(json.dumps(done.summary, default=str))
     elif show:
-        console.print(terminal.phase_table(done.summary))
+        if done.summary.get("phases"):  # no loop timed: the explanation says what exists
+            console.print(terminal.phase_table(done.summary))
         ranks = terminal.rank_table(done.summary)
         if ranks is not None:
             console.print(ranks)

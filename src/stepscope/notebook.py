@@ -47,7 +47,8 @@ class RunView:
         # Inside a kernel rich would send the output to Jupyter's display instead of the buffer.
         console = Console(file=buf, width=width, color_system=None, highlight=False,
                           force_terminal=False, force_jupyter=False)
-        console.print(terminal.phase_table(self.summary))
+        if self.summary.get("phases"):
+            console.print(terminal.phase_table(self.summary))
         console.print(terminal.explanation(self.answers))
         console.print(f"report: {self.run_dir / 'report.html'}")
         return buf.getvalue()

@@ -47,11 +47,14 @@ def _install(fd_text: str | None) -> None:
     import stepscope_watch_imports as imports
     import stepscope_watch_keras
     import stepscope_watch_keras_backends
+    import stepscope_watch_keras_data as keras_data
+    import stepscope_watch_keras_steps as keras_steps
     import stepscope_watch_lightning
     import stepscope_watch_loop
     import stepscope_watch_recorder as recorder
     import stepscope_watch_stage_hooks as stage_hooks
     import stepscope_watch_stages as stages
+    import stepscope_watch_tf_loop as tf_loop
     import stepscope_watch_torch
 
     fd = -1 if fd_text is None else int(fd_text)
@@ -88,10 +91,13 @@ def _install(fd_text: str | None) -> None:
     def keras_hook(module: object) -> None:
         imported("keras")
         stepscope_watch_keras.install(module, rec, recorder.count_images)
+        tf_loop.install_keras(module.Model, [module.optimizers.Optimizer])  # type: ignore[attr-defined]
 
     def tf_keras_hook(module: object) -> None:
         imported("keras")
         stepscope_watch_keras.install_tf_keras(module, rec, recorder.count_images)
+        tf_loop.install_keras(module.Model, [module.optimizers.Optimizer,  # type: ignore[attr-defined]
+                                             module.optimizers.legacy.Optimizer])  # type: ignore[attr-defined]
 
     def keras_image_hook(module: object) -> None:
         stepscope_watch_keras.install_image_stages(module, rec, recorder.count_images)
@@ -99,6 +105,13 @@ def _install(fd_text: str | None) -> None:
     def tensorflow_hook(module: object) -> None:
         imported("tensorflow")
         stepscope_watch_keras_backends.install_tensorflow()
+        # a hand-written loop over tf.data (no fit): steps from what it does
+        tf_loop.install(module, rec, recorder.count_images, stepscope_watch_loop,
+                        keras_data.input_files, lambda ds: keras_data.classify(ds, {})["workers"],
+                        lambda ds, phase: keras_data.describe_input(
+                            ds, {}, rec, "TensorFlow", phase,
+                            f"watch: the {phase} dataset a hand-written loop iterated"),
+                        keras_steps.gil_clocks(rec.clock))
 
     def lightning_hook(module: object) -> None:
         stepscope_watch_lightning.install(module, rec, recorder.count_images)

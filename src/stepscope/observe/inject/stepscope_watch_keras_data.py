@@ -132,7 +132,7 @@ def _tf_data_files(ds: Any) -> list[str]:
 
 
 def describe_input(x: Any, call: dict[str, Any], rec: Recorder, framework: str,
-                   phase: str) -> dict[str, Any]:
+                   phase: str, how: str | None = None) -> dict[str, Any]:
     """``classify`` plus ``loader.*`` facts, sent once per phase kind; the files the input
     reads, where it names them (the parent samples their page-cache residency)."""
     if x is not None:
@@ -142,7 +142,8 @@ def describe_input(x: Any, call: dict[str, Any], rec: Recorder, framework: str,
             rec.note("watch", f"Keras input files not read: {type(exc).__name__}: {exc}")
     out = classify(x, call)
     if out and rec.once(f"loader-{phase}"):
-        how = f"watch: the {phase} input of {framework} Model.fit/evaluate ({type(x).__name__})"
+        how = how or f"watch: the {phase} input of {framework} Model.fit/evaluate"
+        how += f" ({type(x).__name__})"
         prefix = "loader." if phase == "train" else "loader.val_"
         for key, value in out.items():
             rec.fact(prefix + key, value, how)

@@ -1,0 +1,209 @@
+"""A hand-written TensorFlow loop under ``stepscope watch``: steps and phases from what it does.
+
+The Keras guide's "training loop from scratch" iterates a ``tf.data`` dataset in Python and
+calls a ``tf.function`` train step on each batch (``tf.GradientTape``, ``apply_gradients``), with
+no ``fit`` and so no Keras callbacks. Its events feed the same ``LoopTracker`` as a PyTorch loop
+(``stepscope_watch_loop``: a step begins where the loop asks for a batch after its body ran):
+
+- the loop asks for a batch: ``OwnedIterator.__next__`` run eagerly (the time in it is the data
+  wait; ``StopIteration`` ends the iterator), each iterator timed from its creation;
+- the body: a ``tf.function`` called eagerly (``AtomicFunction.call_flat``) ends a ``forward``,
+  or an ``optimizer`` event when its graph computed gradients (``GradientTape.gradient`` was
+  traced into it: a train step); an eager ``GradientTape.gradient`` is a ``backward``; an eager
+  call of a Keras model is a ``forward``. So a step that computed gradients is training, one
+  that did not is validation, and each ``for batch in dataset`` over a training set is an epoch.
+
+Inside Keras's ``fit``/``evaluate``/``predict`` (``rec.framework_depth > 0``) none of this
+applies: Keras's callbacks time those steps. A batch fetched inside a ``tf.function`` (an
+iterator passed in) is not seen here: its wait stays in the step's compute.
+
+Standard library only at import: this runs inside the user's interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_loop import LoopTracker
+    from stepscope.observe.inject.stepscope_watch_recorder import Recorder
+
+_STATE = "_stepscope_iter"
+_TRAINS = "_stepscope_trains"  # set on a FuncGraph that computed gradients while traced
+# the process's tracker and its test of "a hand-written loop's eager body", for install_keras
+_ACTIVE: list[tuple[LoopTracker, Callable[[], bool]]] = []
+_TF: list[Any] = []  # the tensorflow module, once imported
+
+
+def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_module: Any,
+            input_files: Callable[[Any], list[str]],
+            workers_of: Callable[[Any], int | None],
+            describe: Callable[[Any, str], None],
+            gil: tuple[Callable[[], float], Callable[[], float]]) -> LoopTracker:
+    """Patch TensorFlow so that ``rec`` sees a hand-written loop's steps; returns the tracker.
+    ``input_files(dataset)`` names the files a pipeline reads, ``workers_of(dataset)`` its
+    parallelism, and ``describe(dataset, phase)`` records it as a phase's input, once
+    (``stepscope_watch_keras_data``); ``gil``: the loop thread's off-CPU clock and the loading
+    threads' busy clock (``stepscope_watch_keras_steps.gil_clocks``).
+
+    Python run by tf.data's threads (a ``numpy_function``/``py_function`` map) holds the GIL,
+    and tf.data prefetches on its own: an eager loop body then waits for the GIL, not in
+    ``next()`` (a loader burning 80 ms a batch in Python read 1 % data wait from ``next()``
+    alone). So, as for Keras (``stepscope_watch_keras_steps``), the loop thread's time off its
+    CPU outside ``next()`` is data wait too, up to the loading threads' busy time in the step."""
+    off_cpu, loader_busy = gil
+    from tensorflow.python.data.ops import iterator_ops
+    from tensorflow.python.eager import backprop
+    from tensorflow.python.eager.polymorphic_function import atomic_function
+
+    datasets: dict[int, Any] = {}  # what each iterator's ``loader`` id is, to describe it
+
+    class TfLoopTracker(loop_module.LoopTracker):
+        # The GIL clocks at the last step's end (the loop's first step has none: not counted;
+        # a step of a fresh iterator also holds the time since, where the loading was busy).
+        gil0: tuple[float, float] | None = None
+
+        def _close(self, s: Any, t: float, ev_end: Any) -> None:
+            now = (off_cpu(), loader_busy())
+            if self.gil0 is not None:
+                slept = now[0] - self.gil0[0] - s.wait_s
+                s.wait_s += max(min(slept, now[1] - self.gil0[1]), 0.0)
+            self.gil0 = now
+            super()._close(s, t, ev_end)
+            ds = datasets.pop(s.lead.loader, None)  # its first step names its phase
+            if ds is not None:
+                describe(ds, self._kind(s))
+
+    # By what the loop does (``--phase-hint`` names torch's module and grad modes).
+    loop: LoopTracker = TfLoopTracker(rec)
+    rec.at_exit_hooks.append(loop.flush)
+    executing_eagerly = tf.executing_eagerly
+
+    def watching() -> bool:
+        return rec.framework_depth == 0 and rec.owner() and executing_eagerly()
+
+    _ACTIVE.append((loop, watching))
+    _TF.append(tf)
+
+    _patch_iterator(iterator_ops.OwnedIterator, rec, loop, count_images, loop_module.IterState,
+                    watching, input_files, workers_of, datasets)
+    _patch_calls(atomic_function.AtomicFunction, rec, loop, watching)
+    _patch_gradient(backprop.GradientTape, tf, rec, loop, watching)
+    return loop
+
+
+def _patch_iterator(cls: Any, rec: Recorder, loop: LoopTracker, count_images: Callable[[Any], int],
+                    iter_state: Any, watching: Callable[[], bool],
+                    input_files: Callable[[Any], list[str]],
+                    workers_of: Callable[[Any], int | None], datasets: dict[int, Any]) -> None:
+    init, nxt = cls.__init__, cls.__next__
+    described: set[int] = set()
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        t0 = rec.clock()
+        init(self, *args, **kwargs)
+        if not watching():
+            return
+        ds = getattr(self, "_dataset", None)
+        try:  # naming the files (sampled from the first step on) and the parallelism: a nicety
+            rec.dataset_files(ds, input_files)
+            workers = workers_of(ds)
+        except Exception:
+            workers = None
+        if id(ds) not in described:
+            described.add(id(ds))
+            datasets[id(ds)] = ds
+        state = iter_state(id(ds), t0, rec.clock() - t0, workers)
+        object.__setattr__(self, _STATE, state)
+
+    def __next__(self: Any) -> Any:
+        state = getattr(self, _STATE, None)
+        if state is None or not watching():
+            return nxt(self)
+        loop.next_begin(state, rec.clock())
+        try:
+            batch = nxt(self)
+        except StopIteration:
+            loop.next_stop(state, rec.clock())
+            raise
+        loop.next_end(state, rec.clock(), count_images(batch))
+        return batch
+
+    cls.__init__, cls.__next__ = __init__, __next__
+
+
+def _patch_calls(cls: Any, rec: Recorder, loop: LoopTracker, watching: Callable[[], bool]) -> None:
+    """A ``tf.function`` called eagerly in the loop's body: its end is the body's, a train step's
+    (gradients traced into its graph) an ``optimizer`` event."""
+    call_flat = cls.call_flat
+
+    def timed_call_flat(self: Any, *args: Any) -> Any:
+        out = call_flat(self, *args)
+        if loop.in_step() and watching():
+            trains = getattr(getattr(self, "_cached_graph", None), _TRAINS, False)
+            loop.body("optimizer" if trains else "forward", rec.clock())
+        return out
+
+    cls.call_flat = timed_call_flat
+
+
+def _patch_gradient(cls: Any, tf: Any, rec: Recorder, loop: LoopTracker,
+                    watching: Callable[[], bool]) -> None:
+    """``GradientTape.gradient``: traced, it marks the function's graphs (and those it is traced
+    inside) as computing gradients; run eagerly in the loop's body, it is a ``backward``."""
+    gradient = cls.gradient
+
+    def marked_gradient(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = gradient(self, *args, **kwargs)
+        if not _mark_trains(tf) and loop.in_step() and watching():
+            loop.body("backward", rec.clock())
+        return out
+
+    cls.gradient = marked_gradient
+
+
+def _mark_trains(tf: Any) -> bool:
+    """Inside a function being traced: mark its graph, and those it is traced inside, as a
+    train step's; False when run eagerly."""
+    if not tf.inside_function():
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    while graph is not None:
+        setattr(graph, _TRAINS, True)
+        graph = getattr(graph, "outer_graph", None)
+    return True
+
+
+def install_keras(model_cls: Any, optimizer_classes: list[Any]) -> None:
+    """An eager call of a Keras model in a hand-written loop's body is its forward (a loop that
+    validates with ``model(x)`` and no ``tf.function``); an optimizer's ``apply_gradients`` run
+    eagerly is its optimizer step, and traced it marks the graph as a train step's."""
+    call = model_cls.__call__
+    for cls in optimizer_classes:
+        _patch_apply(cls)
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = call(self, *args, **kwargs)
+        if _ACTIVE:
+            loop, watching = _ACTIVE[0]
+            if loop.wants_body() and watching():  # not while a tf.function traces it
+                loop.body("forward", loop.rec.clock())
+        return out
+
+    model_cls.__call__ = __call__
+
+
+def _patch_apply(cls: Any) -> None:
+    apply = cls.apply_gradients
+
+    def apply_gradients(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = apply(self, *args, **kwargs)
+        if _ACTIVE:
+            loop, watching = _ACTIVE[0]
+            # traced: a train step's graph; eager, in the loop's body: its optimizer step
+            if not _mark_trains(_TF[0]) and loop.in_step() and watching():
+                loop.body("optimizer", loop.rec.clock())
+        return out
+
+    cls.apply_gradients = apply_gradients

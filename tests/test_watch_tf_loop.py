@@ -1,0 +1,66 @@
+"""A TensorFlow training loop written from scratch, under ``stepscope watch`` (known answers).
+
+``watch_scripts/tf_loop.py`` is the Keras guide's "training loop from scratch": a ``tf.data``
+dataset iterated in Python, a ``tf.GradientTape`` train step (in a ``tf.function``, or eager
+with ``--eager``), a validation loop after each epoch; no ``fit``, so no Keras callback sees it.
+The truth is planted: a loader burning 80 ms of CPU a batch in a ``numpy_function`` before a
+tiny Dense model (input-bound: ~95 % of each step; one call at a time with a core to spare, so
+the cause is ``workers``), or instant in-memory batches before three convolutions
+(compute-bound). Each run is its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepscope.analysis.vocab import PYTORCH_ONLY_WORDS
+
+PY = sys.executable
+SRC = Path(__file__).resolve().parents[1] / "src"
+SCRIPT = Path(__file__).parent / "watch_scripts" / "tf_loop.py"
+INPUT_WAIT_MIN = 0.6
+COMPUTE_WAIT_MAX = 0.15
+
+
+def _watch(tmp_path: Path, *args: str) -> dict[str, Any]:
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [PY, "-m", "stepscope", "watch", "--out", str(run), "--interval", "0.2", "--",
+         PY, str(SCRIPT), *args], env=dict(os.environ, PYTHONPATH=str(SRC)),
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary: dict[str, Any] = json.loads((run / "summary.json").read_text())
+    summary["_printed"] = proc.stdout
+    return summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eager", [False, True])
+@pytest.mark.parametrize(("load_ms", "model", "verdict"), [("80", "dense", "input-bound"),
+                                                          ("0", "conv", "compute-bound")])
+def test_tf_loop_from_scratch(tmp_path: Path, load_ms: str, model: str, verdict: str,
+                              eager: bool) -> None:
+    s = _watch(tmp_path, load_ms, model, *(["--eager"] if eager else []))
+    layout = [(p["epoch"], p["phase"], p["steps"]) for p in s["phases"]]
+    assert layout == [(1, "train", 24), (1, "val", 6), (2, "train", 24), (2, "val", 6)]
+    for p in s["phases"]:
+        assert p["verdict"] == verdict, p
+        if verdict == "input-bound":
+            # the eager body waits for the GIL the loader's Python holds, not in next()
+            assert p["input_cause"] == "workers" and p["data_wait_frac"] >= INPUT_WAIT_MIN, p
+        elif p["phase"] == "train":
+            assert p["data_wait_frac"] <= COMPUTE_WAIT_MAX, p
+    assert s["loader"]["kind"] == "tf.data" and s["loader"]["val"]["kind"] == "tf.data"
+    text = json.dumps(s["findings"]) + s["_printed"]
+    for word in PYTORCH_ONLY_WORDS:
+        assert word not in text, word
+    if verdict == "input-bound":
+        f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+        assert "num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in f["fix"] and "PyDataset" not in f["fix"]

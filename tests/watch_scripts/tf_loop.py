@@ -1,0 +1,95 @@
+"""A training loop written from scratch, as the Keras guide writes it for TensorFlow
+("Writing a training loop from scratch"): a ``tf.data`` dataset iterated in Python, a
+``tf.function`` train step with ``tf.GradientTape`` and ``apply_gradients``, a validation loop
+after each epoch. No ``fit``, so no Keras callbacks.
+
+    python tf_loop.py LOAD_MS MODEL [--steps S] [--val S] [--epochs E] [--eager]
+
+LOAD_MS: CPU burnt per batch by the loader (a busy loop in a ``numpy_function`` map, like
+decoding and augmenting; one call at a time, no prefetch). MODEL: dense (tiny) | conv
+(convolutions on 32x32 images). --eager: no ``tf.function`` (the guide's first version): the
+gradients and the validation forward run eagerly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ["KERAS_BACKEND"] = "tensorflow"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+p = argparse.ArgumentParser()
+p.add_argument("load_ms", type=float)
+p.add_argument("model")
+p.add_argument("--steps", type=int, default=24)
+p.add_argument("--val", type=int, default=6)
+p.add_argument("--epochs", type=int, default=2)
+p.add_argument("--batch", type=int, default=8)
+p.add_argument("--eager", action="store_true")
+args = p.parse_args()
+SHAPE = (32, 32, 3) if args.model == "conv" else (16,)
+print(f"TRUTH load_ms={args.load_ms} model={args.model} eager={args.eager}", flush=True)
+
+
+def load(i):  # type: ignore[no-untyped-def]
+    end = time.perf_counter() + args.load_ms / 1000.0
+    while time.perf_counter() < end:
+        pass
+    rng = np.random.default_rng(int(i))
+    return (rng.normal(size=(args.batch, *SHAPE)).astype("float32"),
+            rng.integers(0, 2, size=(args.batch, 1)).astype("float32"))
+
+
+def dataset(n: int) -> tf.data.Dataset:
+    if args.load_ms <= 0:  # instant batches, held in memory and prefetched
+        x, y = load(0)
+        return tf.data.Dataset.from_tensors((x, y)).repeat(n).prefetch(tf.data.AUTOTUNE)
+    ds = tf.data.Dataset.range(n).map(
+        lambda i: tf.numpy_function(load, [i], (tf.float32, tf.float32)))
+    return ds.map(lambda x, y: (tf.ensure_shape(x, (args.batch, *SHAPE)),
+                                tf.ensure_shape(y, (args.batch, 1))))
+
+
+train_dataset, val_dataset = dataset(args.steps), dataset(args.val)
+if args.model == "conv":
+    layers = [keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+              keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+              keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+              keras.layers.GlobalAveragePooling2D()]
+else:
+    layers = [keras.layers.Dense(16, activation="relu")]
+model = keras.Sequential([keras.Input(SHAPE), *layers, keras.layers.Dense(1)])
+optimizer = keras.optimizers.Adam(learning_rate=1e-3)
+loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)
+val_acc_metric = keras.metrics.BinaryAccuracy()
+
+
+def train_step(x, y):  # type: ignore[no-untyped-def]
+    with tf.GradientTape() as tape:
+        loss_value = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss_value, model.trainable_weights)
+    optimizer.apply_gradients(zip(grads, model.trainable_weights, strict=True))
+    return loss_value
+
+
+def test_step(x, y):  # type: ignore[no-untyped-def]
+    val_acc_metric.update_state(y, model(x, training=False))
+
+
+if not args.eager:
+    train_step, test_step = tf.function(train_step), tf.function(test_step)
+
+for epoch in range(args.epochs):
+    print(f"Start of epoch {epoch}", flush=True)
+    for x_batch_train, y_batch_train in train_dataset:
+        loss_value = train_step(x_batch_train, y_batch_train)
+    for x_batch_val, y_batch_val in val_dataset:
+        test_step(x_batch_val, y_batch_val)
+    print(f"loss {float(loss_value):.4f} val_acc {float(val_acc_metric.result()):.4f}", flush=True)
+    val_acc_metric.reset_state()
