@@ -7,7 +7,12 @@ from typing import Any, cast
 import pytest
 
 from stepscope.analysis.contracts_summary import PhaseAgg
-from stepscope.analysis.findings import build_findings, input_finding, speedup_without
+from stepscope.analysis.findings import (
+    build_findings,
+    input_finding,
+    speedup_without,
+    tf_eager_finding,
+)
 from tests.contract_check import assert_conforms
 
 pytestmark = pytest.mark.light  # quick, no process, no thread: shares make test's interpreter
@@ -127,3 +132,12 @@ def test_gil_bound_keras_threads_are_told_to_use_processes_only_when_measured() 
                 {"threads_gil_bound": True, "processes_prediction": None}):
         f = input_finding(_agg(workers=2, loader=row), cores=2, summary=summary)
         assert f is not None and "GIL" not in f["fix"] + f["expected_gain"]
+
+
+def test_eager_train_step_finding_rests_on_watchs_count() -> None:
+    agg = _agg(verdict="compute-bound", data_wait_frac=0.02)
+    s: Any = {"loader": {"tf_eager_train_steps": 48}}
+    f = tf_eager_finding(agg, s)
+    assert f is not None and "@tf.function" in f["fix"] and "48 training steps" in f["evidence"]
+    assert tf_eager_finding(agg, {"loader": {"tf_eager_train_steps": None}}) is None  # type: ignore[typeddict-item]
+    assert tf_eager_finding(_agg(), s) is None  # input-bound: the input is the limit

@@ -61,6 +61,10 @@ def test_tf_loop_from_scratch(tmp_path: Path, load_ms: str, model: str, verdict:
     text = json.dumps(s["findings"]) + s["_printed"]
     for word in PYTORCH_ONLY_WORDS:
         assert word not in text, word
+    # the guide's fix for an eager step, where the step (not its input) is the limit
+    eager_fix = [f for f in s["findings"] if f["id"] == "tf_eager_train_step"]
+    assert bool(eager_fix) is (eager and verdict != "input-bound"), eager_fix
+    assert (s["loader"]["tf_eager_train_steps"] or 0) == (48 if eager else 0)
     if verdict == "input-bound":
         f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
         assert "num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in f["fix"] and "PyDataset" not in f["fix"]

@@ -309,6 +309,8 @@ LoaderFacts = TypedDict("LoaderFacts", {
     "cache": bool | None, "augments": bool | None,
     "distribute_strategy": str | None, "distribute_replicas": int | None,
     "val": InputFacts | None,
+    # a TensorFlow loop written from scratch: training steps whose gradients ran eagerly
+    "tf_eager_train_steps": int | None,
 })
 LoaderFacts.__doc__ = "``summary[\"loader\"]``: what ran the loop and fed it (watch's facts)."
 

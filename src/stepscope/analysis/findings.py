@@ -218,6 +218,22 @@ def other_bound_finding(agg: PhaseAgg, model: ModelFacts | None = None,
     return None
 
 
+def tf_eager_finding(agg: PhaseAgg, summary: Summary) -> Finding | None:
+    """A TensorFlow loop written from scratch whose train step ran eagerly (watch counted its
+    training steps with gradients computed outside any tf.function): the Keras guide's fix."""
+    n = (summary.get("loader") or {}).get("tf_eager_train_steps")
+    if not n or agg["phase"] != "train" or agg.get("verdict") == "input-bound":
+        return None
+    return _finding("tf_eager_train_step", "medium",
+                    "The train step runs eagerly: TensorFlow executes it op by op from Python",
+                    [f"{n} training steps computed their gradients with tf.GradientTape outside "
+                     "any tf.function (watch)", _split_line(agg)],
+                    "decorate the train step (and the test step) with @tf.function, as the Keras "
+                    "guide's second version does: TensorFlow then runs each as one graph",
+                    "three convolutions in the guide's loop ran 3.8× faster so on this 2-core "
+                    "CPU (bench/tf_loop_function.py); measure it", MEASURE_COMPARE)
+
+
 # steps_per_execution=N runs the batch callbacks once per N batches; N is chosen so they are left
 # with ≤ 5 % of the new step, capped where a longer execution delays the progress bar too much.
 SPE_RESIDUAL_FRAC = 0.05
@@ -463,7 +479,7 @@ def build_findings(summary: Summary) -> list[Finding]:
     for kind in ("train", "val"):
         agg = by_phase.get(kind)
         if agg:
-            out += [f for f in (input_finding(agg, cores, summary),
+            out += [f for f in (input_finding(agg, cores, summary), tf_eager_finding(agg, summary),
                                 other_bound_finding(agg, summary.get("model"), summary),
                                 keras_callback_finding(agg, summary)) if f]
     out += gpu_util_findings(by_phase)

@@ -294,6 +294,7 @@ def _loader_section(facts: dict[str, Fact]) -> LoaderFacts:
             "wait_unclocked": _fact(facts, "loop.keras_wait_unclocked"),
             "distribute_strategy": _fact(facts, "loop.distribute_strategy"),
             "distribute_replicas": _fact(facts, "loop.distribute_replicas"),
+            "tf_eager_train_steps": _fact(facts, "loop.tf_eager_train_steps"),
             **_input_facts(facts, "loader."),
             "val": _input_facts(facts, "loader.val_") if "loader.val_kind" in facts else None}
 

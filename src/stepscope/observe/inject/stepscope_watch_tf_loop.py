@@ -63,6 +63,8 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
         # The GIL clocks at the last step's end (the loop's first step has none: not counted;
         # a step of a fresh iterator also holds the time since, where the loading was busy).
         gil0: tuple[float, float] | None = None
+        eager = False  # the open step computed gradients eagerly (no tf.function around them)
+        eager_train_steps = 0
 
         def _close(self, s: Any, t: float, ev_end: Any) -> None:
             now = (off_cpu(), loader_busy())
@@ -70,13 +72,22 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
                 slept = now[0] - self.gil0[0] - s.wait_s
                 s.wait_s += max(min(slept, now[1] - self.gil0[1]), 0.0)
             self.gil0 = now
+            self.eager_train_steps += bool(s.trained and self.eager)
+            self.eager = False
             super()._close(s, t, ev_end)
             ds = datasets.pop(s.lead.loader, None)  # its first step names its phase
             if ds is not None:
                 describe(ds, self._kind(s))
 
+        def flush(self, t: float) -> None:
+            super().flush(t)
+            if self.eager_train_steps:
+                rec.fact("loop.tf_eager_train_steps", self.eager_train_steps,
+                         "watch: training steps of a hand-written loop whose gradients were "
+                         "computed eagerly (GradientTape.gradient outside any tf.function)")
+
     # By what the loop does (``--phase-hint`` names torch's module and grad modes).
-    loop: LoopTracker = TfLoopTracker(rec)
+    loop = TfLoopTracker(rec)
     rec.at_exit_hooks.append(loop.flush)
     executing_eagerly = tf.executing_eagerly
 
@@ -89,7 +100,8 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
     _patch_iterator(iterator_ops.OwnedIterator, rec, loop, count_images, loop_module.IterState,
                     watching, input_files, workers_of, datasets)
     _patch_calls(atomic_function.AtomicFunction, rec, loop, watching)
-    _patch_gradient(backprop.GradientTape, tf, rec, loop, watching)
+    _patch_gradient(backprop.GradientTape, tf, rec, loop, watching,
+                    lambda: setattr(loop, "eager", True))
     return loop
 
 
@@ -149,7 +161,7 @@ def _patch_calls(cls: Any, rec: Recorder, loop: LoopTracker, watching: Callable[
 
 
 def _patch_gradient(cls: Any, tf: Any, rec: Recorder, loop: LoopTracker,
-                    watching: Callable[[], bool]) -> None:
+                    watching: Callable[[], bool], eager: Callable[[], None]) -> None:
     """``GradientTape.gradient``: traced, it marks the function's graphs (and those it is traced
     inside) as computing gradients; run eagerly in the loop's body, it is a ``backward``."""
     gradient = cls.gradient
@@ -158,6 +170,7 @@ def _patch_gradient(cls: Any, tf: Any, rec: Recorder, loop: LoopTracker,
         out = gradient(self, *args, **kwargs)
         if not _mark_trains(tf) and loop.in_step() and watching():
             loop.body("backward", rec.clock())
+            eager()
         return out
 
     cls.gradient = marked_gradient
