@@ -223,6 +223,8 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
                                  "not measured (no step-end clock in their train function)",
     "loop.distribute_strategy": "the tf.distribute strategy a Keras model ran under (class)",
     "loop.distribute_replicas": "replicas in sync of that strategy",
+    "loop.tf_eager_train_steps": "training steps of a hand-written TensorFlow loop whose gradients "
+                                 "were computed eagerly (outside any tf.function)",
     "featcache.used": "phases served from the trainer's feature cache",
     "monitor.cpu_s": "CPU seconds of stepscope's own sampler and writer threads",
     "watch.no_preallocate": "watch set the TF/JAX memory-growth variables for the child",
