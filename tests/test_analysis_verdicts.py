@@ -58,8 +58,21 @@ def test_cold_reads_beside_a_saturated_cpu_are_not_the_cause() -> None:
 
 
 def test_main_process_cpu_when_workers_zero() -> None:
-    c = decide_input_cause(InputEvidence(workers=0, main_cpu_pct=99.0, host_cpu_pct=55.0))
+    c = decide_input_cause(InputEvidence(workers=0, main_cpu_pct=99.0, host_cpu_pct=97.0))
     assert c.cause == "cpu" and "workers=0" in c.evidence[0]
+    # nothing measured the cores: by elimination, as before
+    assert decide_input_cause(InputEvidence(workers=0, main_cpu_pct=99.0)).cause == "cpu"
+
+
+def test_inline_loading_with_a_measured_spare_core_is_workers() -> None:
+    """workers=0, the training process saturated by its own loading, half the job's cores idle:
+    worker processes would load on them, so 'more workers cannot help' would be wrong."""
+    c = decide_input_cause(InputEvidence(workers=0, main_cpu_pct=99.0, host_cpu_pct=55.0))
+    assert c.cause == "workers", c.evidence
+    assert "host CPU 55 % (cores to spare)" in c.evidence
+    c = decide_input_cause(InputEvidence(workers=0, main_cpu_pct=99.0, job_cpu_pct=52.0,
+                                         host_cpu_pct=97.0))  # others keep the host busy
+    assert c.cause == "workers" and "the job used 52 % of its cores (cores to spare)" in c.evidence
 
 
 def test_storage_when_reads_are_cold_and_loaders_stall() -> None:

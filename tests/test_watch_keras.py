@@ -359,6 +359,22 @@ def test_tf_keras_generator_input_bound(tmp_path: Path) -> None:
     assert "PyDataset" in f["fix"]
 
 
+@pytest.mark.slow
+def test_torch_dataloader_given_to_keras_gets_dataloader_advice(tmp_path: Path) -> None:
+    """Keras 3 on torch takes a torch DataLoader as it is. One with num_workers=0 and 150 ms of
+    CPU a batch before a tiny model loads inline on one of the job's two cores: input-bound, and
+    more workers would help (the job has a core to spare), said in the DataLoader's own words,
+    with a gain no larger than two workers can give (a rerun with num_workers=2 read 1.92x)."""
+    s = _run(tmp_path, "torch", "dataloader", str(INPUT_MS), "dense", "--steps", "24")
+    _assert_input_bound(s, 24)
+    assert s["loader"]["kind"] == "DataLoader" and s["loader"]["workers"] == 0
+    f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    assert "construct the DataLoader with num_workers=2 (now 0)" in f["fix"], f["fix"]
+    assert "PyDataset" not in f["fix"]
+    gain = float(f["expected_gain"].split(" faster")[0].rsplit("~", 1)[1].rstrip("×"))
+    assert gain <= 2.1, f["expected_gain"]
+
+
 VAL_INPUTS = [
     # training's input (instant batches), validation's (150 ms of CPU a batch), and what the
     # validation advice must say in the validation input's own API, and must not

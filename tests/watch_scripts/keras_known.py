@@ -7,7 +7,8 @@
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
-arrays. LOAD_MS: CPU burnt per batch by the loader (a busy loop, like decoding and augmenting).
+arrays | dataloader (torch backend: a torch ``DataLoader``, which Keras 3 takes as it is; its
+``num_workers`` is 0, or --workers where that is over 1). LOAD_MS: CPU burnt per batch by the loader (a busy loop, like decoding and augmenting).
 MODEL: dense (tiny, ~1 ms a step) | conv (convolutions on 32x32 images, ~15 ms a step here).
 --callback-ms: a user callback sleeping MS in ``on_train_batch_end`` (per-batch logging to a slow
 sink), not async-safe, so Keras runs it on the loop's thread between steps.
@@ -150,6 +151,18 @@ def source(n: int, kind: str, load_ms: float):  # type: ignore[no-untyped-def]
         return generator(n, load_ms)
     if kind.startswith("tfdata"):
         return tf_data(n, kind == "tfdata-parallel", load_ms)
+    if kind == "dataloader":
+        import torch
+
+        class TorchBatches(torch.utils.data.Dataset):  # type: ignore[type-arg]
+            def __len__(self) -> int:
+                return n
+
+            def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+                return make_batch(i, load_ms)
+
+        return torch.utils.data.DataLoader(TorchBatches(), batch_size=None,
+                                           num_workers=args.workers if args.workers > 1 else 0)
     xs, ys = zip(*(make_batch(i, load_ms) for i in range(n)), strict=True)
     return np.concatenate(xs), np.concatenate(ys)
 

@@ -30,9 +30,13 @@ The input cause, decided from the evidence in this order (each threshold below):
    pressure-stall I/O ≥ 20 %, loader processes in disk wait (state D) in ≥ 20 % of samples,
    the disk ≥ 80 % busy, or the workers idle (< 50 % of a core) while the loop waited.
 3. ``workers``  workers exist, are not saturated and are not waiting on the disk, yet the loop
-   waits: too few workers or too little prefetch.
-4. ``cpu``      ``workers == 0`` without storage evidence: loading runs inline in the training
-   process, so its CPU work is the wait (by elimination; said so in the evidence).
+   waits: too few workers or too little prefetch. Also ``workers == 0`` (loading inline in the
+   training process, which may be saturated) while the job's cores, as measured, are < 90 %
+   busy: worker processes would load on the cores it leaves idle (the stage-timed analysis,
+   analysis/causes.py, says the same).
+4. ``cpu``      ``workers == 0`` without storage evidence nor a measured spare core: loading runs
+   inline in the training process, so its CPU work is the wait (by elimination; said so in the
+   evidence).
 """
 
 from __future__ import annotations
@@ -194,7 +198,7 @@ def _cpu_saturated(ev: InputEvidence) -> list[str]:
             each = ", ".join(f"{p:.0f} %" for p in ev.worker_cpu_pct)
             n = fmt_count(len(ev.worker_cpu_pct), ev.worker_word)
             lines.append(f"{n} at {each} of a core{_stolen(ev)}")
-    if ev.workers == 0 and ev.main_cpu_pct is not None \
+    if ev.workers == 0 and ev.main_cpu_pct is not None and _spare_core(ev) is None \
             and ev.main_cpu_pct >= WORKER_SATURATED_PCT * left:
         lines.append(
             f"workers=0: the training process loads inline at {ev.main_cpu_pct:.0f} % of a "
@@ -207,6 +211,18 @@ def _cpu_saturated(ev: InputEvidence) -> list[str]:
             and not _loaders_in_disk_wait(ev):
         lines.append(f"all cores busy: host CPU {ev.host_cpu_pct:.0f} % on average")
     return lines
+
+
+def _spare_core(ev: InputEvidence) -> str | None:
+    """The evidence line that the job's cores were not all busy (its own CPU, else the host's),
+    None when they were or nothing measured it."""
+    left = unstolen(ev.steal_pct)
+    if ev.job_cpu_pct is not None:
+        return (f"the job used {ev.job_cpu_pct:.0f} % of its cores (cores to spare){_stolen(ev)}"
+                if ev.job_cpu_pct < CORES_BUSY_PCT * left else None)
+    if ev.host_cpu_pct is not None and ev.host_cpu_pct < CORES_BUSY_PCT:
+        return f"host CPU {ev.host_cpu_pct:.0f} % (cores to spare)"
+    return None
 
 
 def _loaders_in_disk_wait(ev: InputEvidence) -> bool:
@@ -287,4 +303,5 @@ def decide_input_cause(ev: InputEvidence) -> InputCause:
     lines = ["workers=0: batches are prepared inline, between steps"]
     if ev.main_cpu_pct is not None:
         lines.append(f"training process at {ev.main_cpu_pct:.0f} % of a core")
-    return InputCause("cpu", lines + cold)
+    spare = _spare_core(ev)
+    return InputCause("workers" if spare else "cpu", lines + ([spare] if spare else []) + cold)

@@ -99,6 +99,8 @@ def input_words(facts: LoaderFacts | InputFacts) -> str | None:
                                  ("cache", facts.get("cache"))) if ok]
         return (f"a tf.data pipeline with {calls} parallel call{'s' if calls != 1 else ''}"
                 + (" and " + " and ".join(extra) if extra else ""))
+    if kind == "DataLoader":
+        return f"a torch DataLoader with num_workers={n or 0}"
     if kind in ("PyDataset", "ImageDataGenerator"):
         name, n = facts.get("class"), n or 1
         noun = ("worker process" if facts.get("multiprocessing") else "worker thread") \
@@ -155,6 +157,9 @@ def keras_moderate_wait_fix(loader: LoaderFacts | None, phase: str, cores: int) 
             return (_tf_data_has(loader) + ": what is left is each batch's own cost (cheaper "
                     "per-batch work, or larger batches over the same images)")
         return "hide it in the tf.data pipeline: " + "; ".join(m for _, m in missing)
+    if loader is not None and kind == "DataLoader":
+        return ("more loading workers would hide it: construct the DataLoader with "
+                f"num_workers=N (now {loader.get('workers') or 0})")
     if loader is not None and kind in ("PyDataset", "ImageDataGenerator"):
         w = loader.get("workers") or 1
         if loader.get("framework") == "tf.keras":
@@ -177,6 +182,8 @@ def keras_workers_spare(loader: LoaderFacts | None, phase: str, cores: int) -> s
         if lacks:
             return head + "the tf.data pipeline has " + " and ".join(lacks)
         return head + _tf_data_has(loader) + ", so its per-batch work is what the loop waits for"
+    if loader is not None and kind == "DataLoader":
+        return head + f"too few DataLoader workers (num_workers={loader.get('workers') or 0})"
     if loader is not None and kind in ("PyDataset", "ImageDataGenerator"):
         return head + f"too few loading workers (now {loader.get('workers') or 1})"
     if kind == "generator":
@@ -194,6 +201,9 @@ def keras_workers_fix(loader: LoaderFacts, workers: int, target: int,
         if not missing:  # at the job's cores already: a busier pipeline helps no more
             return _tf_data_has(loader) + ": make each batch cheaper"
         return "give the tf.data pipeline more parallel work: " + "; ".join(m for _, m in missing)
+    if kind == "DataLoader":  # a torch DataLoader given to Keras 3's fit, in its own words
+        return (f"construct the DataLoader with num_workers={target} (now {workers}) so "
+                "batches are ready when the step asks")
     if kind == "generator":
         return (f"a Python generator runs in one thread: rewrite it as a keras.utils.PyDataset "
                 f"(__len__ and __getitem__) with workers={target}, use_multiprocessing=True")

@@ -78,6 +78,11 @@ def classify(x: Any, call: dict[str, Any]) -> dict[str, Any]:
     mod = type(x).__module__
     if mod.startswith("tensorflow.python.data"):
         return _tf_pipeline(x)
+    if mod.startswith("torch.utils.data") and hasattr(x, "num_workers"):
+        # Keras 3 takes a torch DataLoader as it is (its workers are processes)
+        n = int(x.num_workers or 0)
+        return {"kind": "DataLoader", "class": type(x).__name__, "workers": n,
+                "multiprocessing": n > 0}
     if hasattr(x, "__getitem__") and hasattr(x, "__len__") and hasattr(x, "on_epoch_end"):
         # Keras 3 PyDataset (and legacy ImageDataGenerator iterators) carry their workers;
         # tf-keras Sequences take them from fit(workers=, use_multiprocessing=).
