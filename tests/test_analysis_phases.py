@@ -63,10 +63,14 @@ def test_cause_cpu_from_saturated_workers(tmp_path: Path) -> None:
     assert any("DataLoader workers at 97 %" in e for e in ph["input_evidence"])
 
 
-def test_cause_cpu_from_the_main_process_when_workers_zero(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("host", "cause"), [(97, "cpu"), (55, "workers")])
+def test_cause_from_the_main_process_when_workers_zero(tmp_path: Path, host: int,
+                                                        cause: str) -> None:
+    """Loading inline saturates the training process: the cores all busy, more workers cannot
+    help (cpu); one of two idle, worker processes would load there (workers)."""
     (ph,) = _phases(tmp_path, PhaseSpec(1, workers=0, data_wait_s=0.3, compute_s=0.1,
-                                        main_cpu_pct=99, host_cpu_pct=55))
-    assert ph["input_cause"] == "cpu" and ph["workers"] == 0
+                                        main_cpu_pct=99, host_cpu_pct=host))
+    assert ph["input_cause"] == cause and ph["workers"] == 0
     assert ph["main_cpu_pct"] == pytest.approx(99.0)
 
 
