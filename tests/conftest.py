@@ -27,6 +27,20 @@ def synth80(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def evict_or_skip(files: list[Path]) -> None:
+    """Evict ``files`` from the page cache (a cold-cache scenario's plant), or skip the test
+    where the plant cannot happen: a tmpfs (no disk to read from) or pages another process pins."""
+    from stepscope.observe.disk import block_device_for
+    from stepscope.observe.pagecache import evict, resident_bytes
+
+    if block_device_for(files[0]) is None:
+        pytest.skip(f"{files[0].parent} is on no block device (tmpfs?): nothing is read from disk")
+    evict(files, sync=True)
+    left = sum(resident_bytes(f)[0] for f in files)
+    if left > 0.05 * sum(f.stat().st_size for f in files):
+        pytest.skip(f"eviction left {left} bytes resident (pages pinned by another process)")
+
+
 def data_flags(d: Path) -> dict[str, str]:
     return {"csv": str(d / "train.csv"), "val_csv": str(d / "valid.csv"), "images": str(d / "images")}
 

@@ -15,12 +15,10 @@ import pytest
 
 from stepscope.analysis.explain import explain
 from stepscope.analysis.summary import write_summary
-from stepscope.observe.disk import block_device_for
-from stepscope.observe.pagecache import evict, resident_bytes
 from stepscope.store.db import RunReader
 from stepscope.train.config import resolve_config
 from stepscope.train.loop import train
-from tests.conftest import data_flags
+from tests.conftest import data_flags, evict_or_skip
 
 COLD_READ_MIN_FRAC = 0.80  # epoch 1: physical reads / dataset bytes
 WARM_READ_MAX_FRAC = 0.05  # epoch 2
@@ -32,13 +30,7 @@ def _dataset_files(d: Path) -> list[Path]:
 
 
 def _cold_run(data_dir: Path, run_dir: Path) -> dict[str, Any]:
-    files = _dataset_files(data_dir)
-    if block_device_for(files[0]) is None:
-        pytest.skip(f"{data_dir} is on no block device (tmpfs?): nothing is ever read from disk")
-    evict(files, sync=True)
-    left = sum(resident_bytes(f)[0] for f in files)
-    if left > 0.05 * sum(f.stat().st_size for f in files):
-        pytest.skip(f"eviction left {left} bytes resident (pages pinned by another process)")
+    evict_or_skip(_dataset_files(data_dir))
     # A tiny trunk at 64 px without augmentation: the run is about reading files, and one
     # worker does all the reading so its own /proc/PID/io shows it.
     cfg = resolve_config({**data_flags(data_dir), "model": "mobilenetv2_050", "weights": "none",

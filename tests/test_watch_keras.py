@@ -470,8 +470,7 @@ def test_keras_folder_pipeline_cold_then_warm_page_cache(tmp_path: Path) -> None
     ``image_dataset_from_directory`` slices into its pipeline are found, evicted from the page
     cache before the run (planted), read from the disk in epoch 1 and from memory in epoch 2,
     and the explanation says so with the bytes and the residency."""
-    from stepscope.observe.disk import block_device_for
-    from stepscope.observe.pagecache import evict, resident_bytes
+    from tests.conftest import evict_or_skip
 
     synth, folders = tmp_path / "synth", tmp_path / "folders"
     env = dict(os.environ, PYTHONPATH=str(SRC))
@@ -484,12 +483,7 @@ def test_keras_folder_pipeline_cold_then_warm_page_cache(tmp_path: Path) -> None
             (folders / split / label).mkdir(parents=True, exist_ok=True)
             files.append(folders / split / label / name)
             os.link(synth / "images" / name, files[-1])  # same inode: one page cache
-    if block_device_for(files[0]) is None:
-        pytest.skip(f"{tmp_path} is on no block device (tmpfs?): nothing is read from disk")
-    evict(files, sync=True)
-    left = sum(resident_bytes(f)[0] for f in files)
-    if left > 0.05 * sum(f.stat().st_size for f in files):
-        pytest.skip(f"eviction left {left} bytes resident (pages pinned by another process)")
+    evict_or_skip(files)
     s = _run_script(tmp_path, FOLDER_SCRIPT, str(folders), "--epochs", "2")
     assert s["dataset"]["files"] == len(files)
     ds_bytes = s["dataset"]["bytes"]
