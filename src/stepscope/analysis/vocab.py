@@ -181,7 +181,10 @@ def keras_workers_spare(loader: LoaderFacts | None, phase: str, cores: int) -> s
         lacks = [what for what, _ in _tf_data_missing(loader, phase, cores) if what != "no cache"]
         if lacks:
             return head + "the tf.data pipeline has " + " and ".join(lacks)
-        return head + _tf_data_has(loader) + ", so its per-batch work is what the loop waits for"
+        # What is left is unmeasured here: the pipeline's per-batch work or the fetch's own cost
+        # (a fetch from a full prefetch buffer is ~0.2-0.5 ms a step on a 2-core CPU, README).
+        return (head + _tf_data_has(loader) + ", so the loop waits for each batch's own work or "
+                "for the fetch itself")
     if loader is not None and kind == "DataLoader":
         return head + f"too few DataLoader workers (num_workers={loader.get('workers') or 0})"
     if loader is not None and kind in ("PyDataset", "ImageDataGenerator"):
@@ -199,7 +202,8 @@ def keras_workers_fix(loader: LoaderFacts, workers: int, target: int,
     if kind == "tf.data":
         missing = _tf_data_missing(loader, phase, target)
         if not missing:  # at the job's cores already: a busier pipeline helps no more
-            return _tf_data_has(loader) + ": make each batch cheaper"
+            return (_tf_data_has(loader) + ": make each batch cheaper, or make batches larger, "
+                    "which spreads the fetch's own cost over more images")
         return "give the tf.data pipeline more parallel work: " + "; ".join(m for _, m in missing)
     if kind == "DataLoader":  # a torch DataLoader given to Keras 3's fit, in its own words
         return (f"construct the DataLoader with num_workers={target} (now {workers}) so "
