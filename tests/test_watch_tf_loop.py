@@ -65,6 +65,14 @@ def test_tf_loop_from_scratch(tmp_path: Path, load_ms: str, model: str, verdict:
     eager_fix = [f for f in s["findings"] if f["id"] == "tf_eager_train_step"]
     assert bool(eager_fix) is (eager and verdict != "input-bound"), eager_fix
     assert (s["loader"]["tf_eager_train_steps"] or 0) == (48 if eager else 0)
+    if model == "conv":
+        # the memory ledger, read as fit's is: 3*3*3*32+32 + 3*3*32*64+64 + 3*3*64*64+64 + 64+1
+        # float32 weights, Adam's two slots each and its step counter and learning rate
+        params = 56_385
+        items = {i["item"]: i["bytes"] for i in s["memory"]["ledger"]}
+        assert items["weights"] == 4 * params, items
+        assert 2 * 4 * params <= items["optimizer state"] <= 2 * 4 * params + 16, items
+        assert s["memory"]["unattributed_frac"] <= 0.2
     if verdict == "input-bound":
         f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
         assert "num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in f["fix"] and "PyDataset" not in f["fix"]

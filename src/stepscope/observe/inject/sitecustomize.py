@@ -88,16 +88,25 @@ def _install(fd_text: str | None) -> None:
         if loops:  # accelerate.data_loader imports torch first
             stepscope_watch_torch.install_accelerate(module, loops[0])
 
+    def keras_ledger() -> tuple[object, object]:
+        """A hand-written loop's memory ledger, read as fit's is (once per process)."""
+        def ledger(model: object, optimizer: object) -> None:
+            if rec.once("ledger"):
+                stepscope_watch_keras.ledger_facts(model, rec, optimizer)
+        return ledger, lambda moment: stepscope_watch_keras.mark_rss(rec, moment)
+
     def keras_hook(module: object) -> None:
         imported("keras")
         stepscope_watch_keras.install(module, rec, recorder.count_images)
-        tf_loop.install_keras(module.Model, [module.optimizers.Optimizer])  # type: ignore[attr-defined]
+        tf_loop.install_keras(module.Model, [module.optimizers.Optimizer],  # type: ignore[attr-defined]
+                              *keras_ledger())
 
     def tf_keras_hook(module: object) -> None:
         imported("keras")
         stepscope_watch_keras.install_tf_keras(module, rec, recorder.count_images)
         tf_loop.install_keras(module.Model, [module.optimizers.Optimizer,  # type: ignore[attr-defined]
-                                             module.optimizers.legacy.Optimizer])  # type: ignore[attr-defined]
+                                             module.optimizers.legacy.Optimizer],  # type: ignore[attr-defined]
+                              *keras_ledger())
 
     def keras_image_hook(module: object) -> None:
         stepscope_watch_keras.install_image_stages(module, rec, recorder.count_images)

@@ -142,7 +142,9 @@ def _baseline(rec: Recorder, what: str) -> None:
                  f"watch: process RSS right after importing {what} (interpreter + libraries)")
 
 
-def _mark_rss(rec: Recorder, moment: str) -> None:
+def mark_rss(rec: Recorder, moment: str) -> None:
+    """The process's RSS at ``moment`` (``fit``: a fit or a hand-written loop begins;
+    ``first_step``: its first training step is done), once each."""
     if moment in rec.rss_marks:
         return
     rss = rss_bytes()
@@ -155,11 +157,12 @@ def memory_growth_facts(rec: Recorder, weights: int, optimizer: int) -> None:
     marks = rec.rss_marks
     if "import" in marks and "fit" in marks:
         rec.fact("mem.model_objects_bytes", max(0, marks["fit"] - marks["import"] - weights),
-                 "watch: RSS growth from the framework import to the first fit(), minus the "
-                 "weights (layer objects, graphs, the data pipeline's setup)")
+                 "watch: RSS growth from the framework import to the first fit() (or a "
+                 "hand-written loop's first batch), minus the weights (layer objects, graphs, "
+                 "the data pipeline's setup)")
     if "fit" in marks and "first_step" in marks:
         rec.fact("mem.first_step_bytes", max(0, marks["first_step"] - marks["fit"] - optimizer),
-                 "watch: RSS growth over fit()'s start and first training step, minus the "
+                 "watch: RSS growth over fit()'s start (a loop's) and first training step, minus the "
                  "optimizer state (traced/compiled train function, activations, allocator "
                  "arenas, prefetched batches)")
 
@@ -239,7 +242,7 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
                 _strategy_facts(self, rec)
         except Exception as exc:
             rec.note("watch", f"Keras {name}() not instrumented: {type(exc).__name__}: {exc}")
-        _mark_rss(rec, "fit")
+        mark_rss(rec, "fit")
         rec.framework_depth += 1
         try:
             return orig(self, *args, **kwargs)
@@ -341,8 +344,9 @@ def _count(v: Any) -> int:
 PRECISION = {"bfloat16": "bf16", "float16": "fp16"}  # a Keras compute dtype, as train.precision
 
 
-def ledger_facts(model: Any, rec: Recorder) -> None:
-    """Weights and optimizer state after the first training phase (the optimizer exists now)."""
+def ledger_facts(model: Any, rec: Recorder, optimizer: Any = None) -> None:
+    """Weights and optimizer state after the first training phase (the optimizer exists now):
+    ``model.optimizer``, or ``optimizer`` (a hand-written loop's, never attached to the model)."""
     w_bytes = o_bytes = 0
     try:
         weights = list(model.weights)
@@ -356,7 +360,7 @@ def ledger_facts(model: Any, rec: Recorder) -> None:
         if compute:  # mixed_bfloat16 computes in bfloat16, mixed_float16 in float16
             rec.fact("train.precision", PRECISION.get(compute, "fp32"),
                      "watch: Keras model.dtype_policy.compute_dtype")
-        optimizer = getattr(model, "optimizer", None)
+        optimizer = getattr(model, "optimizer", None) or optimizer
         if optimizer is not None:
             variables = optimizer.variables
             # tf-keras's legacy optimizers (tf.keras.optimizers.legacy.*) have variables()
@@ -422,7 +426,7 @@ def callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
         def _end(self) -> None:
             ph = steps.phase_end()
             if ph is not None and ph.phase == "train":
-                _mark_rss(rec, "first_step")  # an epoch of one step
+                mark_rss(rec, "first_step")  # an epoch of one step
             if ph is not None and ph.phase == "train" and rec.once("ledger"):
                 ledger_facts(self.model, rec)
 
@@ -450,7 +454,7 @@ def callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             steps.batch_begin(batch)
             if batch > 0 and "first_step" not in rec.rss_marks:
-                _mark_rss(rec, "first_step")
+                mark_rss(rec, "first_step")
 
         def on_test_batch_begin(self, batch: int, logs: Any = None) -> None:
             steps.batch_begin(batch)

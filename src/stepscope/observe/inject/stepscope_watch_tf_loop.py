@@ -34,6 +34,18 @@ _TRAINS = "_stepscope_trains"  # set on a FuncGraph that computed gradients whil
 # the process's tracker and its test of "a hand-written loop's eager body", for install_keras
 _ACTIVE: list[tuple[LoopTracker, Callable[[], bool]]] = []
 _TF: list[Any] = []  # the tensorflow module, once imported
+class _Keras:
+    """From the Keras hooks (``install_keras``): the memory ledger's readers; the largest Keras
+    model the loop's body called (a model calls its inner models first: the largest is the
+    outer one) and the optimizer it applied."""
+
+    ledger: Callable[[Any, Any], None] | None = None
+    mark: Callable[[str], None] | None = None
+    model: Any = None
+    optimizer: Any = None
+
+
+_KERAS = _Keras()
 
 
 def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_module: Any,
@@ -75,9 +87,17 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
             self.eager_train_steps += bool(s.trained and self.eager)
             self.eager = False
             super()._close(s, t, ev_end)
+            if s.trained and _KERAS.mark is not None:
+                _KERAS.mark("first_step")
             ds = datasets.pop(s.lead.loader, None)  # its first step names its phase
             if ds is not None:
                 describe(ds, self._kind(s))
+
+        def end_phase(self, ph: Any, t: float) -> None:
+            super().end_phase(ph, t)
+            # the optimizer's state exists once a training phase ran: the Keras ledger, once
+            if ph.phase == "train" and _KERAS.model is not None and _KERAS.ledger is not None:
+                _KERAS.ledger(_KERAS.model, _KERAS.optimizer)
 
         def flush(self, t: float) -> None:
             super().flush(t)
@@ -126,6 +146,8 @@ def _patch_iterator(cls: Any, rec: Recorder, loop: LoopTracker, count_images: Ca
         if id(ds) not in described:
             described.add(id(ds))
             datasets[id(ds)] = ds
+        if _KERAS.mark is not None:
+            _KERAS.mark("fit")  # the loop's memory from here on is its own (once)
         state = iter_state(id(ds), t0, rec.clock() - t0, workers)
         object.__setattr__(self, _STATE, state)
 
@@ -188,11 +210,16 @@ def _mark_trains(tf: Any) -> bool:
     return True
 
 
-def install_keras(model_cls: Any, optimizer_classes: list[Any]) -> None:
+def install_keras(model_cls: Any, optimizer_classes: list[Any],
+                  ledger: Callable[[Any, Any], None] | None = None,
+                  mark: Callable[[str], None] | None = None) -> None:
     """An eager call of a Keras model in a hand-written loop's body is its forward (a loop that
     validates with ``model(x)`` and no ``tf.function``); an optimizer's ``apply_gradients`` run
-    eagerly is its optimizer step, and traced it marks the graph as a train step's."""
+    eagerly is its optimizer step, and traced it marks the graph as a train step's. ``ledger``
+    reads a model's weights and its optimizer's state once a training phase ends; ``mark`` notes
+    the RSS at a moment (``stepscope_watch_keras``)."""
     call = model_cls.__call__
+    _KERAS.ledger, _KERAS.mark = ledger, mark
     for cls in optimizer_classes:
         _patch_apply(cls)
 
@@ -200,11 +227,24 @@ def install_keras(model_cls: Any, optimizer_classes: list[Any]) -> None:
         out = call(self, *args, **kwargs)
         if _ACTIVE:
             loop, watching = _ACTIVE[0]
+            if loop.in_step():  # called in the loop's body, eagerly or as a tf.function traces
+                _keep_largest(self)
             if loop.wants_body() and watching():  # not while a tf.function traces it
                 loop.body("forward", loop.rec.clock())
         return out
 
     model_cls.__call__ = __call__
+
+
+def _keep_largest(model: Any) -> None:
+    kept = _KERAS.model
+    if kept is model:
+        return
+    try:
+        if kept is None or len(model.weights) > len(kept.weights):
+            _KERAS.model = model
+    except Exception:  # a model that cannot list its weights yet: not the ledger's
+        pass
 
 
 def _patch_apply(cls: Any) -> None:
@@ -214,6 +254,8 @@ def _patch_apply(cls: Any) -> None:
         out = apply(self, *args, **kwargs)
         if _ACTIVE:
             loop, watching = _ACTIVE[0]
+            if loop.in_step():
+                _KERAS.optimizer = self  # the loop's, for the ledger
             # traced: a train step's graph; eager, in the loop's body: its optimizer step
             if not _mark_trains(_TF[0]) and loop.in_step() and watching():
                 loop.body("optimizer", loop.rec.clock())
