@@ -34,6 +34,8 @@ _TRAINS = "_stepscope_trains"  # set on a FuncGraph that computed gradients whil
 # the process's tracker and its test of "a hand-written loop's eager body", for install_keras
 _ACTIVE: list[tuple[LoopTracker, Callable[[], bool]]] = []
 _TF: list[Any] = []  # the tensorflow module, once imported
+
+
 class _Keras:
     """From the Keras hooks (``install_keras``): the memory ledger's readers; the largest Keras
     model the loop's body called (a model calls its inner models first: the largest is the
@@ -75,15 +77,18 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
         # The GIL clocks at the last step's end (the loop's first step has none: not counted;
         # a step of a fresh iterator also holds the time since, where the loading was busy).
         gil0: tuple[float, float] | None = None
+        # the open step's tf.function calls: the loop's thread is off its CPU in them while
+        # TensorFlow's threads compute, which is no wait for the GIL
+        graph_s = 0.0
         eager = False  # the open step computed gradients eagerly (no tf.function around them)
         eager_train_steps = 0
 
         def _close(self, s: Any, t: float, ev_end: Any) -> None:
             now = (off_cpu(), loader_busy())
             if self.gil0 is not None:
-                slept = now[0] - self.gil0[0] - s.wait_s
+                slept = now[0] - self.gil0[0] - s.wait_s - self.graph_s
                 s.wait_s += max(min(slept, now[1] - self.gil0[1]), 0.0)
-            self.gil0 = now
+            self.gil0, self.graph_s = now, 0.0
             self.eager_train_steps += bool(s.trained and self.eager)
             self.eager = False
             super()._close(s, t, ev_end)
@@ -119,7 +124,8 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
 
     _patch_iterator(iterator_ops.OwnedIterator, rec, loop, count_images, loop_module.IterState,
                     watching, input_files, workers_of, datasets)
-    _patch_calls(atomic_function.AtomicFunction, rec, loop, watching)
+    _patch_calls(atomic_function.AtomicFunction, rec, loop, watching,
+                 lambda dt: setattr(loop, "graph_s", loop.graph_s + dt))
     _patch_gradient(backprop.GradientTape, tf, rec, loop, watching,
                     lambda: setattr(loop, "eager", True))
     return loop
@@ -167,16 +173,22 @@ def _patch_iterator(cls: Any, rec: Recorder, loop: LoopTracker, count_images: Ca
     cls.__init__, cls.__next__ = __init__, __next__
 
 
-def _patch_calls(cls: Any, rec: Recorder, loop: LoopTracker, watching: Callable[[], bool]) -> None:
+def _patch_calls(cls: Any, rec: Recorder, loop: LoopTracker, watching: Callable[[], bool],
+                 graph_ran: Callable[[float], None]) -> None:
     """A ``tf.function`` called eagerly in the loop's body: its end is the body's, a train step's
-    (gradients traced into its graph) an ``optimizer`` event."""
+    (gradients traced into its graph) an ``optimizer`` event; ``graph_ran(seconds)`` its time."""
     call_flat = cls.call_flat
 
     def timed_call_flat(self: Any, *args: Any) -> Any:
+        if not loop.in_step():  # inside fit, or between a loop's steps: no clock read
+            return call_flat(self, *args)
+        t0 = rec.clock()
         out = call_flat(self, *args)
-        if loop.in_step() and watching():
+        if watching():
+            t1 = rec.clock()
+            graph_ran(t1 - t0)
             trains = getattr(getattr(self, "_cached_graph", None), _TRAINS, False)
-            loop.body("optimizer" if trains else "forward", rec.clock())
+            loop.body("optimizer" if trains else "forward", t1)
         return out
 
     cls.call_flat = timed_call_flat
