@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from stepscope.analysis.vocab import PYTORCH_ONLY_WORDS
+from tests.test_watch_keras import CONTENDED_HOST_FRAC, _others_share
 
 PY = sys.executable
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -30,6 +31,16 @@ COMPUTE_WAIT_MAX = 0.15
 
 
 def _watch(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """The run, made again once where others took more than ``CONTENDED_HOST_FRAC`` of the
+    cores in a training phase: the plant did not happen as planted (test_watch_keras._run)."""
+    for attempt in range(2):
+        summary = _watch_once(tmp_path / f"try{attempt}", *args)
+        if _others_share(summary) <= CONTENDED_HOST_FRAC:
+            break
+    return summary
+
+
+def _watch_once(tmp_path: Path, *args: str) -> dict[str, Any]:
     run = tmp_path / "run"
     proc = subprocess.run(
         [PY, "-m", "stepscope", "watch", "--out", str(run), "--interval", "0.2", "--",
