@@ -107,6 +107,11 @@ def _assert_input_bound(summary: dict[str, Any], steps: int) -> None:
     assert train_all["data_wait_ms_per_step"] >= 0.5 * INPUT_MS, train_all
 
 
+def _gain_x(finding: dict[str, Any]) -> float:
+    """The speed-up a finding's expected gain names ("… ~2.0× faster …")."""
+    return float(finding["expected_gain"].split(" faster")[0].rsplit("~", 1)[1].rstrip("×"))
+
+
 def _assert_compute_bound(summary: dict[str, Any], steps: int) -> None:
     train = _train(summary)
     assert [p["epoch"] for p in train] == [1, 2]
@@ -371,8 +376,7 @@ def test_torch_dataloader_given_to_keras_gets_dataloader_advice(tmp_path: Path) 
     f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
     assert "construct the DataLoader with num_workers=2 (now 0)" in f["fix"], f["fix"]
     assert "PyDataset" not in f["fix"]
-    gain = float(f["expected_gain"].split(" faster")[0].rsplit("~", 1)[1].rstrip("×"))
-    assert gain <= 2.1, f["expected_gain"]
+    assert _gain_x(f) <= 2.1, f["expected_gain"]
 
 
 VAL_INPUTS = [
@@ -403,8 +407,7 @@ def test_validation_on_another_input_gets_advice_for_that_input(
     f = next(f for f in s["findings"] if f["id"] == "input_bound_val")
     assert says in f["fix"] and never not in f["fix"], f["fix"]
     # one loading thread → two makes batches at most twice as often
-    gain = float(f["expected_gain"].split(" faster")[0].rsplit("~", 1)[1].rstrip("×"))
-    assert gain <= 2.1, f["expected_gain"]
+    assert _gain_x(f) <= 2.1, f["expected_gain"]
     assert "Validation reads another input than training" in s["_printed"]
     _assert_keras_words(s)
 

@@ -144,9 +144,9 @@ def input_finding(agg: PhaseAgg, cores: float | None,
         evidence += list(agg["input_evidence"])
     if agg.get("verdict") != "input-bound":
         gain = speedup_without(d)
-        keras = summary is not None and framework_of(summary) == KERAS
         fix = keras_moderate_wait_fix(phase_input(summary.get("loader"), agg["phase"]),
-                                      agg["phase"], int(cores or 2)) if summary and keras \
+                                      agg["phase"], int(cores or 2)) \
+            if summary is not None and framework_of(summary) == KERAS \
             else vocab(framework_of(summary or {})).moderate_wait_fix
         return _finding(f"input_wait_{agg['phase']}", "low",
                         f"{kind.capitalize()} waits for data {fmt_pct(d)} of the time",

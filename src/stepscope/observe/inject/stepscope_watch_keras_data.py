@@ -54,6 +54,11 @@ def _tf_pipeline(ds: Any) -> dict[str, Any]:
             "prefetch": prefetch, "cache": cache}
 
 
+def _is_tf_data(x: Any) -> bool:
+    """A ``tf.data`` dataset (any of its Python classes), told without importing TensorFlow."""
+    return type(x).__module__.startswith("tensorflow.python.data")
+
+
 def _augments(x: Any) -> bool | None:
     gen = getattr(x, "image_data_generator", None)
     if gen is None:
@@ -75,10 +80,9 @@ def classify(x: Any, call: dict[str, Any]) -> dict[str, Any]:
     """The kind of input ``x`` and how many threads or processes produce its batches."""
     if x is None:
         return {}
-    mod = type(x).__module__
-    if mod.startswith("tensorflow.python.data"):
+    if _is_tf_data(x):
         return _tf_pipeline(x)
-    if mod.startswith("torch.utils.data") and hasattr(x, "num_workers"):
+    if type(x).__module__.startswith("torch.utils.data") and hasattr(x, "num_workers"):
         # Keras 3 takes a torch DataLoader as it is (its workers are processes)
         n = int(x.num_workers or 0)
         return {"kind": "DataLoader", "class": type(x).__name__, "workers": n,
@@ -111,8 +115,7 @@ def input_files(x: Any) -> list[str]:
     ``TFRecordDataset``'s files. Empty when unknown (arrays, a PyDataset's own reads)."""
     paths = getattr(x, "filepaths", None)
     if not isinstance(paths, (list, tuple)):
-        paths = _tf_data_files(x) if type(x).__module__.startswith("tensorflow.python.data") \
-            else []
+        paths = _tf_data_files(x) if _is_tf_data(x) else []
     files = [os.path.abspath(p) for p in paths if isinstance(p, str)]
     return files if files and os.path.isfile(files[0]) else []
 
