@@ -92,6 +92,23 @@ def test_workers_when_cached_reads_and_idle_cores() -> None:
     assert any("page cache" in line for line in c.evidence)
 
 
+def test_busy_cores_beside_loaders_in_disk_wait_are_not_called_spare() -> None:
+    """Workers asleep on the disk (not the CPU's limit) on a job whose cores others keep busy,
+    with nothing read cold: the cause is not storage (no cold reads) nor CPU (the loaders sleep),
+    and the job's figure is named without claiming cores to spare."""
+    for busy in (dict(job_cpu_pct=95.0), dict(host_cpu_pct=97.0)):
+        c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[20.0, 25.0],
+                                             disk_wait_frac=0.5, **busy))
+        text = " ".join(c.evidence)
+        assert c.cause == "workers", c.evidence
+        assert "to spare" not in text and ("95 %" in text or "97 %" in text), c.evidence
+        assert "disk wait in 50 %" in text
+    # the same loaders with the job's cores half idle: to spare, as before
+    c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[20.0, 25.0],
+                                         disk_wait_frac=0.5, job_cpu_pct=50.0))
+    assert "the job used 50 % of its cores (cores to spare)" in c.evidence
+
+
 def test_storage_needs_a_stall_not_only_cold_reads() -> None:
     c = decide_input_cause(InputEvidence(workers=2, worker_cpu_pct=[70.0, 70.0],
                                          host_cpu_pct=60.0, disk_read_bytes=400_000_000,

@@ -292,11 +292,15 @@ def decide_input_cause(ev: InputEvidence) -> InputCause:
         if ev.worker_cpu_pct:
             lines.append("workers at " + ", ".join(f"{p:.0f} %" for p in ev.worker_cpu_pct)
                          + " of a core")
-        if ev.job_cpu_pct is not None:
-            lines.append(f"the job used {ev.job_cpu_pct:.0f} % of its cores (cores to spare)"
-                         f"{_stolen(ev)}")
+        # Busy cores with the loaders asleep on the disk reach here too (not the CPU's limit):
+        # the figure is evidence then, but "to spare" would be false.
+        spare = _spare_core(ev)
+        if spare:
+            lines.append(spare)
+        elif ev.job_cpu_pct is not None:
+            lines.append(f"the job used {ev.job_cpu_pct:.0f} % of its cores{_stolen(ev)}")
         elif ev.host_cpu_pct is not None:
-            lines.append(f"host CPU {ev.host_cpu_pct:.0f} % (cores to spare)")
+            lines.append(f"host CPU {ev.host_cpu_pct:.0f} %")
         if not cold and ev.rchar_bytes:
             lines.append("reads served from the page cache")
         return InputCause("workers", lines + stalled)
