@@ -87,10 +87,10 @@ PATCHES = [
      '    """``fn``, a step\'s function traced into a graph, with the end of its work clocked."""\n',
      '    """``fn``, a step\'s function traced into a graph, with the end of its work clocked."""\n'
      '    import os\n    if "end" in os.environ.get("ABL", ""):\n        return fn\n'),
-    (INJECT / "stepscope_watch_keras_backends.py",
-     "        clock_fetches(tf, clock, steps.clock)\n",
+    (INJECT / "stepscope_watch_keras_clock.py",
+     "        clock_fetches(tf, clock, now)\n",
      '        import os\n        if "fetch" not in os.environ.get("ABL", ""):\n'
-     "            clock_fetches(tf, clock, steps.clock)\n"),
+     "            clock_fetches(tf, clock, now)\n"),
     (INJECT / "stepscope_watch_keras_backends.py",
      "    time_graph_calls(steps)\n    _time_epoch_end(steps)\n    # Each step",
      '    import os\n    if "calls" not in os.environ.get("ABL", ""):\n'

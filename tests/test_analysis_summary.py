@@ -147,7 +147,7 @@ def _compute_bound(facts: dict[str, Any]) -> RunSpec:
 
 
 def test_unclocked_keras_steps_make_the_training_verdict_weak(tmp_path: Path) -> None:
-    # A Keras/TensorFlow train function made outside Keras's make_function: watch timed its
+    # A Keras/TensorFlow train function whose graph has no step-end clock: watch timed its
     # graph calls, but no step end reached the graph clock, so its data wait reads 0.
     make_run(tmp_path / "a", _compute_bound({"loop.keras_wait_unclocked": 40}))
     s = build_summary(RunReader(tmp_path / "a"))

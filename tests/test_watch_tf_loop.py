@@ -87,3 +87,34 @@ def test_tf_loop_from_scratch(tmp_path: Path, load_ms: str, model: str, verdict:
     if verdict == "input-bound":
         f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
         assert "num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in f["fix"] and "PyDataset" not in f["fix"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("load_ms", "model", "per_call", "verdict"),
+                         [("80", "dense", 1, "input-bound"), ("0", "conv", 4, "compute-bound")])
+def test_iterator_passed_into_the_tf_function(tmp_path: Path, load_ms: str, model: str,
+                                              per_call: int, verdict: str) -> None:
+    """TensorFlow's custom-training guides pass the iterator into the ``tf.function``, which
+    takes its batches with ``next(iterator)`` in the graph (``per_call`` of them in a
+    ``tf.range`` loop): no eager ``next()`` to time. Each call is a step, its wait the graph
+    clock's for its fetches; a new ``iter(dataset)`` is a new epoch."""
+    s = _watch(tmp_path, load_ms, model, "--iterator-in", str(per_call))
+    layout = [(p["epoch"], p["phase"], p["steps"], p["images"]) for p in s["phases"]]
+    train, val = (24 // per_call, 24 * 8), (6 // per_call, 6 // per_call * per_call * 8)
+    assert layout == [(1, "train", *train), (1, "val", *val), (2, "train", *train),
+                      (2, "val", *val)], layout
+    for p in s["phases"]:
+        assert p["verdict"] == verdict, p
+        if verdict == "input-bound":
+            # 80 ms of the loader's CPU a batch before a tiny Dense step: ~95 % of each step
+            assert p["input_cause"] == "workers" and p["data_wait_frac"] >= INPUT_WAIT_MIN, p
+        elif p["phase"] == "train":
+            assert p["data_wait_frac"] <= COMPUTE_WAIT_MAX, p
+    assert s["loader"]["kind"] == "tf.data"
+    text = json.dumps(s["findings"]) + s["_printed"]
+    for word in PYTORCH_ONLY_WORDS:
+        assert word not in text, word
+    if model == "conv":  # the model and optimizer the traced step used: the ledger, as above
+        items = {i["item"]: i["bytes"] for i in s["memory"]["ledger"]}
+        assert items["weights"] == 4 * 56_385, items
+        assert s["memory"]["unattributed_frac"] <= 0.2

@@ -4,11 +4,14 @@
 after each epoch. No ``fit``, so no Keras callbacks.
 
     python tf_loop.py LOAD_MS MODEL [--steps S] [--val S] [--epochs E] [--eager]
+                      [--iterator-in K]
 
 LOAD_MS: CPU burnt per batch by the loader (a busy loop in a ``numpy_function`` map, like
 decoding and augmenting; one call at a time, no prefetch). MODEL: dense (tiny) | conv
 (convolutions on 32x32 images). --eager: no ``tf.function`` (the guide's first version): the
-gradients and the validation forward run eagerly.
+gradients and the validation forward run eagerly. --iterator-in K: the iterator is passed into
+the ``tf.function``, which takes K batches with ``next(iterator)`` in a ``tf.range`` loop (TensorFlow's
+custom-training guides, ``train_step(iterator)``); a new ``iter(dataset)`` each epoch.
 """
 
 from __future__ import annotations
@@ -32,14 +35,19 @@ p.add_argument("--val", type=int, default=6)
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--eager", action="store_true")
+p.add_argument("--iterator-in", type=int, default=0)
+p.add_argument("--parallel", action="store_true")
+p.add_argument("--cpu-clock", action="store_true")
 args = p.parse_args()
 SHAPE = (32, 32, 3) if args.model == "conv" else (16,)
-print(f"TRUTH load_ms={args.load_ms} model={args.model} eager={args.eager}", flush=True)
+print(f"TRUTH load_ms={args.load_ms} model={args.model} eager={args.eager} "
+      f"iterator_in={args.iterator_in}", flush=True)
 
 
 def load(i):  # type: ignore[no-untyped-def]
-    end = time.perf_counter() + args.load_ms / 1000.0
-    while time.perf_counter() < end:
+    clock = time.thread_time if args.cpu_clock else time.perf_counter
+    end = clock() + args.load_ms / 1000.0
+    while clock() < end:
         pass
     rng = np.random.default_rng(int(i))
     return (rng.normal(size=(args.batch, *SHAPE)).astype("float32"),
@@ -50,10 +58,13 @@ def dataset(n: int) -> tf.data.Dataset:
     if args.load_ms <= 0:  # instant batches, held in memory and prefetched
         x, y = load(0)
         return tf.data.Dataset.from_tensors((x, y)).repeat(n).prefetch(tf.data.AUTOTUNE)
+    parallel = tf.data.AUTOTUNE if args.parallel else None
     ds = tf.data.Dataset.range(n).map(
-        lambda i: tf.numpy_function(load, [i], (tf.float32, tf.float32)))
-    return ds.map(lambda x, y: (tf.ensure_shape(x, (args.batch, *SHAPE)),
-                                tf.ensure_shape(y, (args.batch, 1))))
+        lambda i: tf.numpy_function(load, [i], (tf.float32, tf.float32)),
+        num_parallel_calls=parallel)
+    ds = ds.map(lambda x, y: (tf.ensure_shape(x, (args.batch, *SHAPE)),
+                              tf.ensure_shape(y, (args.batch, 1))))
+    return ds.prefetch(tf.data.AUTOTUNE) if args.parallel else ds
 
 
 train_dataset, val_dataset = dataset(args.steps), dataset(args.val)
@@ -81,6 +92,36 @@ def train_step(x, y):  # type: ignore[no-untyped-def]
 def test_step(x, y):  # type: ignore[no-untyped-def]
     val_acc_metric.update_state(y, model(x, training=False))
 
+
+if args.iterator_in:
+    k = args.iterator_in
+
+    @tf.function
+    def train_steps(iterator):  # type: ignore[no-untyped-def]
+        loss_value = tf.constant(0.0)
+        for _ in tf.range(k):
+            x, y = next(iterator)
+            loss_value = train_step(x, y)
+        return loss_value
+
+    @tf.function
+    def test_steps(iterator):  # type: ignore[no-untyped-def]
+        for _ in tf.range(k):
+            x, y = next(iterator)
+            test_step(x, y)
+
+    for epoch in range(args.epochs):
+        print(f"Start of epoch {epoch}", flush=True)
+        train_iterator = iter(train_dataset)
+        for _ in range(args.steps // k):
+            loss_value = train_steps(train_iterator)
+        val_iterator = iter(val_dataset)
+        for _ in range(args.val // k):
+            test_steps(val_iterator)
+        print(f"loss {float(loss_value):.4f} val_acc {float(val_acc_metric.result()):.4f}",
+              flush=True)
+        val_acc_metric.reset_state()
+    raise SystemExit(0)
 
 if not args.eager:
     train_step, test_step = tf.function(train_step), tf.function(test_step)

@@ -118,8 +118,8 @@ def _mark_cached_phases(phases: list[PhaseRow], facts: dict[str, Fact]) -> None:
 
 
 UNCLOCKED_NOTE = ("its data wait was not measured (watch: no step of the Keras train function "
-                  "ended on the graph clock; a train function made outside Keras's "
-                  "make_function), so waiting for data reads as compute")
+                  "ended on the graph clock; a train function whose graph "
+                  "has no step-end clock), so waiting for data reads as compute")
 
 
 def _mark_unclocked(summary: Summary, facts: dict[str, Fact]) -> None:

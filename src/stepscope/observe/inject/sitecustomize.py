@@ -47,6 +47,7 @@ def _install(fd_text: str | None) -> None:
     import stepscope_watch_imports as imports
     import stepscope_watch_keras
     import stepscope_watch_keras_backends
+    import stepscope_watch_keras_clock as keras_clock
     import stepscope_watch_keras_data as keras_data
     import stepscope_watch_keras_steps as keras_steps
     import stepscope_watch_lightning
@@ -120,7 +121,8 @@ def _install(fd_text: str | None) -> None:
                         lambda ds, phase: keras_data.describe_input(
                             ds, {}, rec, "TensorFlow", phase,
                             f"watch: the {phase} dataset a hand-written loop iterated"),
-                        keras_steps.gil_clocks(rec.clock))
+                        keras_steps.gil_clocks(rec.clock),
+                        keras_clock.process_clock(module, rec.clock))
 
     def lightning_hook(module: object) -> None:
         stepscope_watch_lightning.install(module, rec, recorder.count_images)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from stepscope.observe.inject.stepscope_watch_keras_clock import (
         GraphClock,
-        clock_fetches,
+        process_clock,
         time_py_funcs,
     )
     from stepscope.observe.inject.stepscope_watch_keras_steps import (
@@ -30,12 +30,12 @@ if TYPE_CHECKING:
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 else:
     try:  # in the watched interpreter these are top-level modules (see sitecustomize)
-        from stepscope_watch_keras_clock import GraphClock, clock_fetches, time_py_funcs
+        from stepscope_watch_keras_clock import GraphClock, process_clock, time_py_funcs
         from stepscope_watch_keras_steps import KerasSteps, TimedIterable, time_graph_calls
     except ImportError:  # in-process, for stepscope.keras.Callback
         from stepscope.observe.inject.stepscope_watch_keras_clock import (
             GraphClock,
-            clock_fetches,
+            process_clock,
             time_py_funcs,
         )
         from stepscope.observe.inject.stepscope_watch_keras_steps import (
@@ -142,8 +142,8 @@ def _ends_clocked(fn: Callable[..., Any], clock: GraphClock) -> Callable[..., An
 def _clock(tf: Any, steps: KerasSteps) -> GraphClock:
     """The process's fetch clock, installed on tf.data's iterators once."""
     if steps.graph_clock is None:
-        clock = GraphClock(tf, lambda dt, batch: steps.pulled_batch(dt, batch))
-        clock_fetches(tf, clock, steps.clock)
+        clock = process_clock(tf, steps.clock)
+        clock.on_eager = steps.pulled_batch
         steps.graph_clock = clock
     return steps.graph_clock
 

@@ -68,6 +68,9 @@ class GraphClock:
         on_eager: called with (seconds, element) for a fetch run eagerly on any thread.
     """
 
+    FETCHES = "_stepscope_fetches"  # set on a graph (and those around it) that clocks a fetch
+    ENDED = "_stepscope_ended"  # set on a graph (and those around it) whose step end is clocked
+
     def __init__(self, tf: Any, on_eager: Callable[[float, Any], None]) -> None:
         self.tf = tf
         self.on_eager = on_eager
@@ -121,6 +124,7 @@ class GraphClock:
         with tf.device("/CPU:0"):
             t0 = tf.timestamp()
         graph = tf.compat.v1.get_default_graph()
+        _mark(graph, self.FETCHES)
         if getattr(graph, "_stepscope_start", None) is None and _called_graph(graph):
             # an op with no inputs runs as the graph starts: the call's start, for ``ended``
             graph._stepscope_start = t0
@@ -157,6 +161,7 @@ class GraphClock:
         # the optimizer's updates (most of the work: the backward pass) run beside them. Every
         # stateful op traced so far in this graph is (the updates, the fetch, the counters).
         graph = tf.compat.v1.get_default_graph()
+        _mark(graph, self.ENDED)
         deps += [op for op in graph.get_operations() if getattr(op, "_is_stateful", False)]
         start = getattr(graph, "_stepscope_start", None)
         fetched = getattr(graph, "_stepscope_fetched", None)
@@ -235,12 +240,63 @@ def _with_ends(rows: Any, ends: Any) -> Any:
     return rows
 
 
+def _mark(graph: Any, attr: str) -> None:
+    """Set ``attr`` on ``graph`` and on every graph it is traced inside (a loop's body is
+    inside its function's graph)."""
+    while graph is not None:
+        setattr(graph, attr, True)
+        graph = getattr(graph, "outer_graph", None)
+
+
 def _called_graph(graph: Any) -> bool:
     """Whether ``graph`` is a function's own graph, which starts as the function is called, and
     not a loop's body or a branch (a ``steps_per_execution`` loop's body starts once a batch)."""
     from tensorflow.python.ops import control_flow_v2_func_graphs as flow
 
     return not isinstance(graph, flow.ControlFlowFuncGraph)
+
+
+_PROCESS_CLOCK: list[GraphClock] = []
+
+
+def process_clock(tf: Any, now: Callable[[], float]) -> GraphClock:
+    """The process's one fetch clock, installed on tf.data's iterators and on function tracing
+    at its first ask: Keras's steps and a hand-written loop read the same ring. Its eager
+    fetches go to ``clock.on_eager``, which Keras's steps set (a no-op until then)."""
+    if not _PROCESS_CLOCK:
+        clock = GraphClock(tf, lambda dt, element: None)
+        clock_fetches(tf, clock, now)
+        from tensorflow.python.framework import func_graph
+
+        clock_function_ends(tf, func_graph, clock)
+        _PROCESS_CLOCK.append(clock)
+    return _PROCESS_CLOCK[0]
+
+
+def clock_function_ends(tf: Any, func_graph: Any, clock: GraphClock) -> None:
+    """A function that fetched its own batch as it was traced (an iterator passed into a
+    hand-written loop's ``tf.function``, a model's own ``make_train_function``) and whose step
+    end nobody clocked (Keras's train functions clock theirs) gets its end clocked once its
+    Python has run, so the ring gets a row a call. A loop's body or a branch is left to the
+    function around it. Once per process."""
+    inner = func_graph.func_graph_from_py_func
+    if getattr(inner, "_stepscope", False):
+        return
+    from tensorflow.python.util import tf_decorator
+
+    def func_graph_from_py_func(name: Any, python_func: Any, *args: Any, **kwargs: Any) -> Any:
+        def traced(*a: Any, **k: Any) -> Any:
+            out = python_func(*a, **k)
+            graph = tf.compat.v1.get_default_graph()
+            if getattr(graph, GraphClock.FETCHES, False) \
+                    and not getattr(graph, GraphClock.ENDED, False) and _called_graph(graph):
+                clock.ended(out)
+            return out
+
+        return inner(name, tf_decorator.make_decorator(python_func, traced), *args, **kwargs)
+
+    func_graph_from_py_func._stepscope = True  # type: ignore[attr-defined]
+    func_graph.func_graph_from_py_func = func_graph_from_py_func
 
 
 def clock_fetches(tf: Any, clock: GraphClock, now: Callable[[], float]) -> None:

@@ -313,16 +313,16 @@ class KerasSteps:
             self.rec.fact("loop.keras_train_calls", found,
                           "watch: steady training steps (batch-begin to batch-begin) and the "
                           "time TensorFlow's Context.call_function ran inside them (the graph)")
-            # A train function made outside Keras's ``_make_function`` (a model's own
-            # ``make_train_function``) has no step-end clock: the ring never gets a row, and
+            # A train function with no step-end clock (traced before the hooks: a model's own
+            # ``make_train_function`` gets one, ``clock_function_ends``): the ring gets no row, and
             # its fetches, clocked or not, are never read. Its data wait reads 0 (or what the GIL
             # clock counted, not the fetch): say so.
             if self.graph_clock is not None and self.graph_clock.seen == 0 \
                     and self.rec.once("keras-unclocked"):
                 self.rec.fact("loop.keras_wait_unclocked", found["calls"],
                               "watch: steady training steps whose graph calls were timed while "
-                              "the graph clock got no step's end (a train function made outside "
-                              "Keras's make_function): their data wait was not measured")
+                              "the graph clock got no step's end (a train function whose graph "
+                              "has no step-end clock): their data wait was not measured")
 
     def _stage_fact(self, ph: PhaseState) -> None:
         self._calls_fact(ph)

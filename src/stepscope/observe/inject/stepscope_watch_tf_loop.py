@@ -13,19 +13,31 @@ no ``fit`` and so no Keras callbacks. Its events feed the same ``LoopTracker`` a
   call of a Keras model is a ``forward``. So a step that computed gradients is training, one
   that did not is validation, and each ``for batch in dataset`` over a training set is an epoch.
 
+A loop that passes its iterator into the ``tf.function`` (TensorFlow's custom-training guides:
+``train_step(iterator)`` calls ``next(iterator)`` in the graph, often several times in a
+``tf.range`` loop) fetches its batches where Python cannot see them: the graph clock does
+(``stepscope_watch_keras_clock``: its fetches clocked in the graph, its end traced in after the
+function's Python), and each call of such a function is one step, its wait and images read from
+the clock's ring once it has been read (every ``POLL_S``), so such steps are sent late, in order.
+The iterator passed in (its resource handle among the call's first inputs) is the step's input:
+a new ``iter(dataset)`` is a new epoch, as in an eager loop.
+
 Inside Keras's ``fit``/``evaluate``/``predict`` (``rec.framework_depth > 0``) none of this
-applies: Keras's callbacks time those steps. A batch fetched inside a ``tf.function`` (an
-iterator passed in) is not seen here: its wait stays in the step's compute.
+applies: Keras's callbacks time those steps.
 
 Standard library only at import: this runs inside the user's interpreter.
 """
 
 from __future__ import annotations
 
+import time
+import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_keras_clock import GraphClock
     from stepscope.observe.inject.stepscope_watch_loop import LoopTracker
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 
@@ -34,6 +46,8 @@ _TRAINS = "_stepscope_trains"  # set on a FuncGraph that computed gradients whil
 # the process's tracker and its test of "a hand-written loop's eager body", for install_keras
 _ACTIVE: list[tuple[LoopTracker, Callable[[], bool]]] = []
 _TF: list[Any] = []  # the tensorflow module, once imported
+HANDLES_KEPT = 16  # iterators whose resource handles name their IterState (the latest ones)
+ARGS_SEARCHED = 16  # a call's first inputs are the caller's; captured variables follow
 
 
 class _Keras:
@@ -54,7 +68,8 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
             input_files: Callable[[Any], list[str]],
             workers_of: Callable[[Any], int | None],
             describe: Callable[[Any, str], None],
-            gil: tuple[Callable[[], float], Callable[[], float]]) -> LoopTracker:
+            gil: tuple[Callable[[], float], Callable[[], float]],
+            clock: GraphClock) -> LoopTracker:
     """Patch TensorFlow so that ``rec`` sees a hand-written loop's steps; returns the tracker.
     ``input_files(dataset)`` names the files a pipeline reads, ``workers_of(dataset)`` its
     parallelism, and ``describe(dataset, phase)`` records it as a phase's input, once
@@ -65,7 +80,8 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
     and tf.data prefetches on its own: an eager loop body then waits for the GIL, not in
     ``next()`` (a loader burning 80 ms a batch in Python read 1 % data wait from ``next()``
     alone). So, as for Keras (``stepscope_watch_keras_steps``), the loop thread's time off its
-    CPU outside ``next()`` is data wait too, up to the loading threads' busy time in the step."""
+    CPU outside ``next()`` is data wait too, up to the loading threads' busy time in the step.
+    ``clock``: the process's graph clock, for a step whose batch is fetched in its graph."""
     off_cpu, loader_busy = gil
     from tensorflow.python.data.ops import iterator_ops
     from tensorflow.python.eager import backprop
@@ -82,6 +98,93 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
         graph_s = 0.0
         eager = False  # the open step computed gradients eagerly (no tf.function around them)
         eager_train_steps = 0
+        cur: Any  # the base's open step (its class is the watched interpreter's module's)
+
+        def __init__(self, recorder: Recorder) -> None:
+            super().__init__(recorder)
+            # calls that fetched in their graph, awaiting the clock's read: (step, wall start,
+            # wall end)
+            self.graph_steps: deque[tuple[Any, float, float]] = deque()
+            self.graph_leads: dict[int, Any] = {}  # a function's input, no iterator passed in
+            # iterators made eagerly, the latest HANDLES_KEPT, by their resource handle's id:
+            # (the iterator, weakly: a handle kept alive keeps its pipeline's threads; its state)
+            self.handles: dict[int, tuple[Any, Any]] = {}
+
+        def register(self, iterator: Any, state: Any) -> None:
+            handle = getattr(iterator, "_iterator_resource", None)
+            if handle is None:
+                return
+            self.handles[id(handle)] = (weakref.ref(iterator), state)
+            while len(self.handles) > HANDLES_KEPT:
+                del self.handles[next(iter(self.handles))]
+
+        def lead_of(self, graph: Any, args: tuple[Any, ...], t: float) -> Any:
+            """The input of a call that fetched in its graph: the iterator passed in, else one
+            of the function's own (an iterator it captured: no epochs seen)."""
+            for a in args[:ARGS_SEARCHED]:
+                found = self.handles.get(id(a))
+                if found is not None:
+                    it = found[0]()
+                    if it is not None and getattr(it, "_iterator_resource", None) is a:
+                        return found[1]
+            lead = self.graph_leads.get(id(graph))
+            if lead is None:
+                lead = self.graph_leads[id(graph)] = loop_module.IterState(id(graph), t, 0.0, None)
+            return lead
+
+        def graph_step(self, lead: Any, trains: bool, t: tuple[float, float],
+                       wall: tuple[float, float]) -> None:
+            """A call whose graph fetched its batch ran from ``t[0]`` to ``t[1]`` (``wall``: the
+            same on ``time.time()``, the clock's): one step, settled once the clock is read."""
+            s = self.cur
+            if s is not None:  # an eager step open: it ends where this call begins
+                self.cur = None
+                if s.body:
+                    self._close(s, t[0], None)
+            prev = self.graph_steps[-1][0] if self.graph_steps else None
+            step = loop_module.LoopStep(lead, t[0])
+            # back to back with the last such call: the loop's Python between them is the step's
+            if prev is not None and prev.lead.token is lead.token:
+                step.t_start = prev.t_work if prev.t_work is not None else step.t_start
+            step.t_work, step.trained, step.body = t[1], trains, True
+            step.t_batch = t[0]  # the call's start: the batch arrives its wait after it
+            step.members = [lead]
+            self.graph_steps.append((step, *wall))
+            self.settle(block=False)
+
+        def settle(self, block: bool) -> None:
+            """Close the calls whose fetches the clock has read (``block``: read it now)."""
+            if not self.graph_steps:
+                return
+            if not clock.poll(None if block else len(self.graph_steps)):
+                return
+            while self.graph_steps:
+                s, w0, w1 = self.graph_steps[0]
+                got = clock.between(w0, w1)
+                if got is None:
+                    return
+                self.graph_steps.popleft()
+                waited, images = got[1:3]
+                end = s.t_work
+                # the wait is the graph's for its fetches; the loop's Python between calls is
+                # the step's other time, not loading
+                s.wait_s = min(waited, end - s.t_batch)
+                s.t_batch += s.wait_s
+                s.images = max(images, 0)
+                s.lead.delivered += 1
+                kind = self._kind(s)
+                if kind == "val" and self.train_phase is not None \
+                        and not self.train_phase.ended:
+                    self.end_phase(self.train_phase, s.t_start)
+                if not s.trained:
+                    s.t_work = None
+                self.gil0 = None  # no GIL clock across a graph step
+                self._close(s, end, None)
+                self.gil0 = None
+
+        def next_begin(self, it: Any, t: float) -> None:
+            self.settle(block=True)
+            super().next_begin(it, t)
 
         def _close(self, s: Any, t: float, ev_end: Any) -> None:
             now = (off_cpu(), loader_busy())
@@ -105,6 +208,7 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
                 _KERAS.ledger(_KERAS.model, _KERAS.optimizer)
 
         def flush(self, t: float) -> None:
+            self.settle(block=True)
             super().flush(t)
             if self.eager_train_steps:
                 rec.fact("loop.tf_eager_train_steps", self.eager_train_steps,
@@ -125,13 +229,13 @@ def install(tf: Any, rec: Recorder, count_images: Callable[[Any], int], loop_mod
     _patch_iterator(iterator_ops.OwnedIterator, rec, loop, count_images, loop_module.IterState,
                     watching, input_files, workers_of, datasets)
     _patch_calls(atomic_function.AtomicFunction, rec, loop, watching,
-                 lambda dt: setattr(loop, "graph_s", loop.graph_s + dt))
+                 lambda dt: setattr(loop, "graph_s", loop.graph_s + dt), clock.FETCHES)
     _patch_gradient(backprop.GradientTape, tf, rec, loop, watching,
                     lambda: setattr(loop, "eager", True))
     return loop
 
 
-def _patch_iterator(cls: Any, rec: Recorder, loop: LoopTracker, count_images: Callable[[Any], int],
+def _patch_iterator(cls: Any, rec: Recorder, loop: Any, count_images: Callable[[Any], int],
                     iter_state: Any, watching: Callable[[], bool],
                     input_files: Callable[[Any], list[str]],
                     workers_of: Callable[[Any], int | None], datasets: dict[int, Any]) -> None:
@@ -156,6 +260,7 @@ def _patch_iterator(cls: Any, rec: Recorder, loop: LoopTracker, count_images: Ca
             _KERAS.mark("fit")  # the loop's memory from here on is its own (once)
         state = iter_state(id(ds), t0, rec.clock() - t0, workers)
         object.__setattr__(self, _STATE, state)
+        loop.register(self, state)  # passed into a tf.function, its handle names it
 
     def __next__(self: Any) -> Any:
         state = getattr(self, _STATE, None)
@@ -173,22 +278,28 @@ def _patch_iterator(cls: Any, rec: Recorder, loop: LoopTracker, count_images: Ca
     cls.__init__, cls.__next__ = __init__, __next__
 
 
-def _patch_calls(cls: Any, rec: Recorder, loop: LoopTracker, watching: Callable[[], bool],
-                 graph_ran: Callable[[float], None]) -> None:
+def _patch_calls(cls: Any, rec: Recorder, loop: Any, watching: Callable[[], bool],
+                 graph_ran: Callable[[float], None], fetches_attr: str) -> None:
     """A ``tf.function`` called eagerly in the loop's body: its end is the body's, a train step's
-    (gradients traced into its graph) an ``optimizer`` event; ``graph_ran(seconds)`` its time."""
+    (gradients traced into its graph) an ``optimizer`` event; ``graph_ran(seconds)`` its time.
+    A function whose graph fetched its own batch (``fetches_attr`` set on it) is a step."""
     call_flat = cls.call_flat
 
     def timed_call_flat(self: Any, *args: Any) -> Any:
-        if not loop.in_step():  # inside fit, or between a loop's steps: no clock read
+        graph = getattr(self, "_cached_graph", None)
+        fetches = getattr(graph, fetches_attr, False) and not rec.framework_depth
+        if not fetches and not loop.in_step():  # inside fit, between steps: no clock read
             return call_flat(self, *args)
-        t0 = rec.clock()
+        t0, w0 = rec.clock(), time.time()
         out = call_flat(self, *args)
         if watching():
-            t1 = rec.clock()
-            graph_ran(t1 - t0)
-            trains = getattr(getattr(self, "_cached_graph", None), _TRAINS, False)
-            loop.body("optimizer" if trains else "forward", t1)
+            t1, w1 = rec.clock(), time.time()
+            trains = getattr(graph, _TRAINS, False)
+            if fetches:
+                loop.graph_step(loop.lead_of(graph, args, t0), trains, (t0, t1), (w0, w1))
+            else:
+                graph_ran(t1 - t0)
+                loop.body("optimizer" if trains else "forward", t1)
         return out
 
     cls.call_flat = timed_call_flat
@@ -239,13 +350,19 @@ def install_keras(model_cls: Any, optimizer_classes: list[Any],
         out = call(self, *args, **kwargs)
         if _ACTIVE:
             loop, watching = _ACTIVE[0]
-            if loop.in_step():  # called in the loop's body, eagerly or as a tf.function traces
+            if loop.in_step() or _traced_by_loop(loop):  # in the loop's body, or its step
                 _keep_largest(self)
             if loop.wants_body() and watching():  # not while a tf.function traces it
                 loop.body("forward", loop.rec.clock())
         return out
 
     model_cls.__call__ = __call__
+
+
+def _traced_by_loop(loop: Any) -> bool:
+    """A function is being traced outside Keras's own loops: a hand-written loop's step, traced
+    before the call that would open it (an iterator passed in)."""
+    return loop.rec.framework_depth == 0 and bool(_TF) and _TF[0].inside_function()
 
 
 def _keep_largest(model: Any) -> None:
@@ -266,7 +383,7 @@ def _patch_apply(cls: Any) -> None:
         out = apply(self, *args, **kwargs)
         if _ACTIVE:
             loop, watching = _ACTIVE[0]
-            if loop.in_step():
+            if loop.in_step() or _traced_by_loop(loop):
                 _KERAS.optimizer = self  # the loop's, for the ledger
             # traced: a train step's graph; eager, in the loop's body: its optimizer step
             if not _mark_trains(_TF[0]) and loop.in_step() and watching():
