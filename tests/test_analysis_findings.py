@@ -134,6 +134,27 @@ def test_gil_bound_keras_threads_are_told_to_use_processes_only_when_measured() 
         assert f is not None and "GIL" not in f["fix"] + f["expected_gain"]
 
 
+def test_tf_data_python_that_holds_the_gil_is_not_told_parallel_calls_alone() -> None:
+    """A tf.data map whose Python held the GIL in most of the probe's samples: more parallel
+    calls would run it one at a time (a rerun read 1.00x), so the fix moves it into TensorFlow
+    ops; under the threshold, or unmeasured, the parallel calls are the fix, as before."""
+    def finding(held: float | None) -> Any:
+        summary: Any = {"loader": {"framework": "keras", "kind": "tf.data", "workers": 1,
+                                   "parallel_calls": 1, "prefetch": False, "cache": False,
+                                   "python_gil_held_frac": held}}
+        return input_finding(_agg(workers=1, data_wait_frac=0.91), cores=2, summary=summary)
+
+    f = finding(0.91)
+    assert "move the map's Python (numpy_function/py_function), which holds the GIL" in f["fix"]
+    assert "map(..., num_parallel_calls" not in f["fix"]
+    assert f["expected_gain"].startswith("the map's Python out of the GIL, 2 parallel calls:")
+    for held in (0.1, None):
+        f = finding(held)
+        assert "GIL" not in f["fix"] + f["expected_gain"], f["fix"]
+        assert "map(..., num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in f["fix"]
+        assert f["expected_gain"].startswith("workers 1 → 2")
+
+
 def test_eager_train_step_finding_rests_on_watchs_count() -> None:
     agg = _agg(verdict="compute-bound", data_wait_frac=0.02)
     s: Any = {"loader": {"tf_eager_train_steps": 48}}

@@ -146,6 +146,16 @@ def _compute_bound(facts: dict[str, Any]) -> RunSpec:
                    facts=dict(CPU_FACTS, **facts))
 
 
+def test_python_gil_share_needs_its_samples(tmp_path: Path) -> None:
+    for name, found, frac in (("a", {"samples": 40, "held": 30}, 0.75),
+                              ("b", {"samples": 12, "held": 12}, None)):
+        make_run(tmp_path / name, _compute_bound({"loop.python_gil": found}))
+        s = build_summary(RunReader(tmp_path / name))
+        assert s["loader"]["python_gil_held_frac"] == frac
+    make_run(tmp_path / "c", _compute_bound({}))
+    assert build_summary(RunReader(tmp_path / "c"))["loader"]["python_gil_held_frac"] is None
+
+
 def test_unclocked_keras_steps_make_the_training_verdict_weak(tmp_path: Path) -> None:
     # A Keras/TensorFlow train function whose graph has no step-end clock: watch timed its
     # graph calls, but no step end reached the graph clock, so its data wait reads 0.

@@ -91,6 +91,18 @@ def test_tf_data_advice_leaves_out_what_the_pipeline_does() -> None:
         assert "PyDataset" not in fix
 
 
+def test_tf_data_python_holding_the_gil_is_the_lack_named_first() -> None:
+    held: Any = {**TF_DATA, "parallel_calls": 1, "prefetch": False, "python_gil_held_frac": 0.9}
+    words = keras_workers_spare(held, "train", 2)
+    assert "Python ops that hold the GIL (held in 90 % of the samples" in words
+    assert "too few parallel calls" not in words and "no prefetch" in words
+    # at the job's cores already: the GIL is still what the pipeline lacks
+    wide: Any = {**held, "parallel_calls": 2, "prefetch": True}
+    fix = keras_moderate_wait_fix(wide, "train", 2)
+    assert "which holds the GIL" in fix and "num_parallel_calls" not in fix
+    assert "GIL" not in keras_workers_spare({**held, "python_gil_held_frac": 0.2}, "train", 2)
+
+
 def test_unlike_inputs_are_named_only_where_both_were_recorded() -> None:
     loader: Any = {**TF_DATA, "val": PYDATASET}
     assert differing_inputs(loader) == ("a tf.data pipeline with 2 parallel calls and prefetch",

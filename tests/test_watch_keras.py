@@ -383,7 +383,7 @@ VAL_INPUTS = [
     # training's input (instant batches), validation's (150 ms of CPU a batch), and what the
     # validation advice must say in the validation input's own API, and must not
     ("tfdata-parallel", "pydataset", "construct the Batches with workers=2", "tf.data"),
-    ("pydataset", "tfdata", "num_parallel_calls=tf.data.AUTOTUNE) (now 1)", "workers="),
+    ("pydataset", "tfdata", "num_parallel_calls=tf.data.AUTOTUNE", "workers="),
 ]
 
 

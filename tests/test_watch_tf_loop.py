@@ -86,7 +86,10 @@ def test_tf_loop_from_scratch(tmp_path: Path, load_ms: str, model: str, verdict:
         assert s["memory"]["unattributed_frac"] <= 0.2
     if verdict == "input-bound":
         f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
-        assert "num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in f["fix"] and "PyDataset" not in f["fix"]
+        # the plant's loop is Python that holds the GIL (watch's probe): parallel calls alone
+        # would run it one at a time, so the fix moves it into TensorFlow ops first
+        assert "which holds the GIL" in f["fix"] and "PyDataset" not in f["fix"]
+        assert "num_parallel_calls=tf.data.AUTOTUNE (now 1)" in f["fix"]
 
 
 @pytest.mark.slow
@@ -118,3 +121,24 @@ def test_iterator_passed_into_the_tf_function(tmp_path: Path, load_ms: str, mode
         items = {i["item"]: i["bytes"] for i in s["memory"]["ledger"]}
         assert items["weights"] == 4 * 56_385, items
         assert s["memory"]["unattributed_frac"] <= 0.2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eager", [False, True])
+@pytest.mark.parametrize(("plant", "held"), [("--cpu-clock", True), ("--gil-free", False)])
+def test_python_that_holds_the_gil_is_not_advised_parallel_calls(tmp_path: Path, plant: str,
+                                                                 held: bool, eager: bool) -> None:
+    """80 ms of a loading thread's CPU a batch in a ``numpy_function`` map: pure Python, which
+    holds the GIL (``--cpu-clock``), or hashing, which releases it (``--gil-free``). More
+    parallel calls ran the first 1.00x as fast and the second 1.95x (docs/keras.md): watch's
+    probe tells them apart, and only the second is advised parallel calls."""
+    s = _watch(tmp_path, "80", "dense", plant, "--epochs", "1", *(["--eager"] if eager else []))
+    frac = s["loader"]["python_gil_held_frac"]
+    assert frac is not None and (frac >= 0.4 if held else frac <= 0.1), frac
+    f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    if held:
+        assert "which holds the GIL" in f["fix"] and "map(..., num_parallel_calls" not in f["fix"]
+        assert "Python ops that hold the GIL" in " ".join(s["_printed"].split())
+    else:
+        assert "GIL" not in f["fix"] + s["_printed"]
+        assert "map(..., num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in f["fix"]

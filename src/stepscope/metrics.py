@@ -218,6 +218,8 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "loop.keras_callbacks_timed": "watch timed the user's Keras batch callbacks (other_s)",
     "loop.keras_gil_wait": "the Keras loop's sleep outside TensorFlow's graph calls is counted "
                            "as data wait (a loading thread pool holds the GIL)",
+    "loop.python_gil": "wake-ups of a probe thread while TensorFlow ran a Python op, and how "
+                       "many found the GIL held",
     "loop.keras_train_calls": "steady Keras training steps on TensorFlow: wall vs the graph's run",
     "loop.keras_wait_unclocked": "steady Keras/TensorFlow training steps whose data wait was "
                                  "not measured (no step-end clock in their train function)",

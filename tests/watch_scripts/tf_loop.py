@@ -12,11 +12,18 @@ decoding and augmenting; one call at a time, no prefetch). MODEL: dense (tiny) |
 gradients and the validation forward run eagerly. --iterator-in K: the iterator is passed into
 the ``tf.function``, which takes K batches with ``next(iterator)`` in a ``tf.range`` loop (TensorFlow's
 custom-training guides, ``train_step(iterator)``); a new ``iter(dataset)`` each epoch.
+--parallel: the loader's map with ``num_parallel_calls=AUTOTUNE`` and a prefetch (the fix
+stepscope advises). --cpu-clock: LOAD_MS is the loading thread's CPU time (``time.thread_time``),
+a fixed amount of pure-Python work that holds the GIL, as real per-item Python does (the default
+busy-waits on the wall clock, which two threads sharing the GIL both finish on time).
+--gil-free: that CPU time is spent hashing 256 kB buffers (``hashlib`` releases the GIL), as
+NumPy, OpenCV and PIL's decoders do.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import time
 
@@ -38,17 +45,22 @@ p.add_argument("--eager", action="store_true")
 p.add_argument("--iterator-in", type=int, default=0)
 p.add_argument("--parallel", action="store_true")
 p.add_argument("--cpu-clock", action="store_true")
+p.add_argument("--gil-free", action="store_true")
 args = p.parse_args()
 SHAPE = (32, 32, 3) if args.model == "conv" else (16,)
 print(f"TRUTH load_ms={args.load_ms} model={args.model} eager={args.eager} "
       f"iterator_in={args.iterator_in}", flush=True)
 
 
+BUF = os.urandom(1 << 18)
+
+
 def load(i):  # type: ignore[no-untyped-def]
-    clock = time.thread_time if args.cpu_clock else time.perf_counter
+    clock = time.thread_time if args.cpu_clock or args.gil_free else time.perf_counter
     end = clock() + args.load_ms / 1000.0
     while clock() < end:
-        pass
+        if args.gil_free:
+            hashlib.sha256(BUF).digest()
     rng = np.random.default_rng(int(i))
     return (rng.normal(size=(args.batch, *SHAPE)).astype("float32"),
             rng.integers(0, 2, size=(args.batch, 1)).astype("float32"))

@@ -291,6 +291,8 @@ InputFacts = TypedDict("InputFacts", {
     "kind": str | None, "class": str | None, "workers": int | None,
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
     "cache": bool | None, "augments": bool | None,
+    # the process's Python ops (tf.data): share of probe samples that found the GIL held
+    "python_gil_held_frac": float | None,
 })
 InputFacts.__doc__ = ("``summary[\"loader\"][\"val\"]``: the validation input of a Keras ``fit`` "
                       "(watch's ``loader.val_*`` facts), which need not be training's.")
@@ -306,7 +308,7 @@ LoaderFacts = TypedDict("LoaderFacts", {
     "gil_wait_counted": bool | None,
     "kind": str | None, "class": str | None, "workers": int | None,
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
-    "cache": bool | None, "augments": bool | None,
+    "cache": bool | None, "augments": bool | None, "python_gil_held_frac": float | None,
     "distribute_strategy": str | None, "distribute_replicas": int | None,
     "val": InputFacts | None,
     # a TensorFlow loop written from scratch: training steps whose gradients ran eagerly

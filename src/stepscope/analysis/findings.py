@@ -37,6 +37,7 @@ from stepscope.analysis.vocab import (
     keras_storage_fix,
     keras_workers_fix,
     phase_input,
+    python_gil_held,
     vocab,
 )
 
@@ -100,7 +101,10 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
     t = policy.more_workers(w, int(cores or 2))
     if t is not None and (cause == "workers" or (cause == "cpu" and not cores_busy)):
         if keras and loader is not None:
-            return keras_workers_fix(loader, w, t, agg["phase"]), f"workers {w} → {t}", (w, t)
+            change = f"workers {w} → {t}"
+            if loader.get("kind") == "tf.data" and python_gil_held(loader) is not None:
+                change = f"the map's Python out of the GIL, {t} parallel calls"
+            return keras_workers_fix(loader, w, t, agg["phase"]), change, (w, t)
         return (f"raise DataLoader workers {w} → {t} (and prefetch_factor) so batches are ready "
                 "when the step asks", f"workers {w} → {t}", (w, t))
     if keras and loader is not None:

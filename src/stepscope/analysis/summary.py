@@ -306,7 +306,20 @@ def _input_facts(facts: dict[str, Fact], prefix: str) -> InputFacts:
             "multiprocessing": _fact(facts, prefix + "multiprocessing"),
             "parallel_calls": _fact(facts, prefix + "parallel_calls"),
             "prefetch": _fact(facts, prefix + "prefetch"), "cache": _fact(facts, prefix + "cache"),
-            "augments": _fact(facts, prefix + "augments")}
+            "augments": _fact(facts, prefix + "augments"),
+            "python_gil_held_frac": _python_gil_held(facts)}
+
+
+PYTHON_GIL_MIN_SAMPLES = 20
+
+
+def _python_gil_held(facts: dict[str, Fact]) -> float | None:
+    """Share of the GIL probe's samples that found it held (``loop.python_gil``; process-wide,
+    so both inputs'), None under ``PYTHON_GIL_MIN_SAMPLES``."""
+    found = _fact(facts, "loop.python_gil")
+    if not isinstance(found, dict) or int(found.get("samples") or 0) < PYTHON_GIL_MIN_SAMPLES:
+        return None
+    return int(found.get("held") or 0) / int(found["samples"])
 
 
 def _dataset_facts(facts: dict[str, Fact]) -> DatasetFacts:

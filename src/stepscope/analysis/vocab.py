@@ -120,13 +120,37 @@ def differing_inputs(loader: LoaderFacts | None) -> tuple[str, str] | None:
     return train_words, val_words
 
 
+# Over this share of the GIL probe's samples held, a tf.data map's Python (numpy_function,
+# py_function) runs one call at a time whatever num_parallel_calls is: a pipeline planted with
+# 80 ms of Python a batch, advised parallel calls at ~2.2x, ran 1.00x as fast with them. Such
+# a map read held in 63-88 % of the samples, one hashing (GIL-free) in 0-2 %
+# (stepscope_watch_keras_clock).
+PYTHON_GIL_HELD_FRAC = 0.3
+
+
+def python_gil_held(loader: LoaderFacts | InputFacts | None) -> float | None:
+    """The share of samples that found the GIL held while a Python op ran, where it is over
+    ``PYTHON_GIL_HELD_FRAC``; None otherwise or unmeasured."""
+    held = loader.get("python_gil_held_frac") if loader is not None else None
+    return held if held is not None and held >= PYTHON_GIL_HELD_FRAC else None
+
+
 def _tf_data_missing(loader: LoaderFacts, phase: str, cores: int) -> list[tuple[str, str]]:
     """What a tf.data pipeline lacks of the three remedies, as recorded (``_tf_pipeline``: its
     widest map, AUTOTUNE counted as the job's cores; any prefetch; any cache): (what it lacks,
-    the remedy in tf.data's API)."""
+    the remedy in tf.data's API). Python ops that hold the GIL lack a way out of it first:
+    more parallel calls would run them one at a time."""
     calls = int(loader.get("parallel_calls") or 1)
     out = []
-    if calls < cores:
+    held = python_gil_held(loader)
+    if held is not None:
+        more = f" with num_parallel_calls=tf.data.AUTOTUNE (now {calls})" if calls < cores else ""
+        out.append((f"Python ops that hold the GIL (held in {held * 100:.0f} % of the samples "
+                    "taken while they ran: more parallel calls would run them one at a time)",
+                    "move the map's Python (numpy_function/py_function), which holds the GIL, "
+                    "into TensorFlow ops (tf.image, tf.io.decode_*, tf.math), which tf.data runs "
+                    f"side by side{more}"))
+    elif calls < cores:
         out.append((f"too few parallel calls (now {calls})",
                     f"map(..., num_parallel_calls=tf.data.AUTOTUNE) (now {calls})"))
     if not loader.get("prefetch"):

@@ -112,9 +112,18 @@ def _install(fd_text: str | None) -> None:
     def keras_image_hook(module: object) -> None:
         stepscope_watch_keras.install_image_stages(module, rec, recorder.count_images)
 
+    def python_gil_fact(t: float) -> None:
+        found = keras_clock.python_gil()
+        if found is not None:
+            rec.fact("loop.python_gil", found,
+                     "watch: a probe thread's wake-ups while TensorFlow ran a Python op "
+                     "(numpy_function, py_function, from_generator), and how many found the GIL "
+                     "held (late by 1 ms or more, run-queue time taken out)")
+
     def tensorflow_hook(module: object) -> None:
         imported("tensorflow")
         stepscope_watch_keras_backends.install_tensorflow()
+        rec.at_exit_hooks.append(python_gil_fact)
         # a hand-written loop over tf.data (no fit): steps from what it does
         tf_loop.install(module, rec, recorder.count_images, stepscope_watch_loop,
                         keras_data.input_files, lambda ds: keras_data.classify(ds, {})["workers"],
