@@ -52,6 +52,21 @@ def _watch_once(tmp_path: Path, *args: str) -> dict[str, Any]:
     return summary
 
 
+def _assert_verdicts(s: dict[str, Any], verdict: str) -> None:
+    """Every phase's one right verdict (input-bound: cause ``workers``, a core to spare), a
+    tf.data input, and no PyTorch word."""
+    for p in s["phases"]:
+        assert p["verdict"] == verdict, p
+        if verdict == "input-bound":
+            assert p["input_cause"] == "workers" and p["data_wait_frac"] >= INPUT_WAIT_MIN, p
+        elif p["phase"] == "train":
+            assert p["data_wait_frac"] <= COMPUTE_WAIT_MAX, p
+    assert s["loader"]["kind"] == "tf.data"
+    text = json.dumps(s["findings"]) + s["_printed"]
+    for word in PYTORCH_ONLY_WORDS:
+        assert word not in text, word
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("eager", [False, True])
 @pytest.mark.parametrize(("load_ms", "model", "verdict"), [("80", "dense", "input-bound"),
@@ -61,17 +76,9 @@ def test_tf_loop_from_scratch(tmp_path: Path, load_ms: str, model: str, verdict:
     s = _watch(tmp_path, load_ms, model, *(["--eager"] if eager else []))
     layout = [(p["epoch"], p["phase"], p["steps"]) for p in s["phases"]]
     assert layout == [(1, "train", 24), (1, "val", 6), (2, "train", 24), (2, "val", 6)]
-    for p in s["phases"]:
-        assert p["verdict"] == verdict, p
-        if verdict == "input-bound":
-            # the eager body waits for the GIL the loader's Python holds, not in next()
-            assert p["input_cause"] == "workers" and p["data_wait_frac"] >= INPUT_WAIT_MIN, p
-        elif p["phase"] == "train":
-            assert p["data_wait_frac"] <= COMPUTE_WAIT_MAX, p
-    assert s["loader"]["kind"] == "tf.data" and s["loader"]["val"]["kind"] == "tf.data"
-    text = json.dumps(s["findings"]) + s["_printed"]
-    for word in PYTORCH_ONLY_WORDS:
-        assert word not in text, word
+    # the eager body waits for the GIL the loader's Python holds, not in next()
+    _assert_verdicts(s, verdict)
+    assert s["loader"]["val"]["kind"] == "tf.data"
     # the guide's fix for an eager step, where the step (not its input) is the limit
     eager_fix = [f for f in s["findings"] if f["id"] == "tf_eager_train_step"]
     assert bool(eager_fix) is (eager and verdict != "input-bound"), eager_fix
@@ -106,17 +113,7 @@ def test_iterator_passed_into_the_tf_function(tmp_path: Path, load_ms: str, mode
     train, val = (24 // per_call, 24 * 8), (6 // per_call, 6 // per_call * per_call * 8)
     assert layout == [(1, "train", *train), (1, "val", *val), (2, "train", *train),
                       (2, "val", *val)], layout
-    for p in s["phases"]:
-        assert p["verdict"] == verdict, p
-        if verdict == "input-bound":
-            # 80 ms of the loader's CPU a batch before a tiny Dense step: ~95 % of each step
-            assert p["input_cause"] == "workers" and p["data_wait_frac"] >= INPUT_WAIT_MIN, p
-        elif p["phase"] == "train":
-            assert p["data_wait_frac"] <= COMPUTE_WAIT_MAX, p
-    assert s["loader"]["kind"] == "tf.data"
-    text = json.dumps(s["findings"]) + s["_printed"]
-    for word in PYTORCH_ONLY_WORDS:
-        assert word not in text, word
+    _assert_verdicts(s, verdict)  # 80 ms of the loader's CPU a batch: ~93 % of each step
     if model == "conv":  # the model and optimizer the traced step used: the ledger, as above
         items = {i["item"]: i["bytes"] for i in s["memory"]["ledger"]}
         assert items["weights"] == 4 * 56_385, items
