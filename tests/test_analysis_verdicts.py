@@ -128,7 +128,9 @@ def test_physical_reads_below_the_byte_floor_are_not_a_cold_cache() -> None:
 
 def test_not_saturated_rests_on_worker_samples() -> None:
     sampled = decide_input_cause(InputEvidence(workers=3, worker_cpu_pct=[20.0, 20.0, 20.0]))
-    assert sampled.evidence[0] == "3 workers, not saturated"
+    assert sampled.evidence[0] == "3 DataLoader workers, not saturated"
+    keras = decide_input_cause(InputEvidence(workers=1, worker_word="loading worker"))
+    assert keras.evidence[0] == "1 loading worker, its CPU not sampled"
     unsampled = decide_input_cause(InputEvidence(workers=3))
     assert "not saturated" not in " ".join(unsampled.evidence)
 

@@ -286,9 +286,11 @@ def decide_input_cause(ev: InputEvidence) -> InputCause:
     if cold and stalled:
         return InputCause("storage", cold + stalled)
     if ev.workers > 0:
-        # "not saturated" rests on the workers' CPU samples; without them say only the count.
-        lines = [f"{fmt_count(ev.workers, 'worker')}"
-                 + (", not saturated" if ev.worker_cpu_pct else " (no CPU samples of them)")]
+        # "not saturated" rests on the workers' CPU samples; without them say only the count
+        # (a tf.data pipeline's threads are not sampled apart from the training process's).
+        unsampled = ", its CPU not sampled" if ev.workers == 1 else ", their CPU not sampled"
+        lines = [fmt_count(ev.workers, ev.worker_word)
+                 + (", not saturated" if ev.worker_cpu_pct else unsampled)]
         if ev.worker_cpu_pct:
             lines.append("workers at " + ", ".join(f"{p:.0f} %" for p in ev.worker_cpu_pct)
                          + " of a core")
