@@ -167,7 +167,11 @@ def input_finding(agg: PhaseAgg, cores: float | None,
         floor = max(1.0 - d, max(w, 1) * d / t)
         if 1.0 / floor < gain:
             gain, after = 1.0 / floor, f"~{fmt_pct(1.0 - (1.0 - d) / floor)}"
-            why = f"; {t} workers make batches at most {fmt_ratio(t / max(w, 1))} as fast"
+            loader = phase_input(summary.get("loader"), agg["phase"]) if summary else None
+            tf_data = framework_of(summary or {}) == KERAS and loader is not None \
+                and loader.get("kind") == "tf.data"
+            makers = "parallel calls" if tf_data else "workers"
+            why = f"; {t} {makers} make batches at most {fmt_ratio(t / max(w, 1))} as fast"
     step = agg.get("step_ms_per_step")
     new_step = None if step is None else step / gain
     expected = (f"{change}: data wait {fmt_pct(d)} → {after}, {_gain_words(gain)} "
