@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from keras_spe_gain import train_rate, watch_known
+from keras_spe_gain import advised_pairs, watch_known
 
 ADVICE = 'set_global_policy("mixed_bfloat16")'
 
@@ -47,23 +46,13 @@ def main() -> None:
     out: dict[str, object] = {"bench": "keras_bf16", "backend": args.backend, "pairs": args.pairs}
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
-            ratios: list[float] = []
-            advised = []
-            for i in range(args.pairs):
-                base = _watch(Path(tmp) / f"{model}-base{i}", args.backend, model, args.steps,
-                              None)
-                fix = " ".join(f["fix"] for f in base["findings"])
-                advised.append(ADVICE in fix)
-                bf16 = _watch(Path(tmp) / f"{model}-bf16{i}", args.backend, model, args.steps,
-                              "mixed_bfloat16")
-                ratio = train_rate(bf16) / train_rate(base)
-                ratios.append(ratio)
-                print(f"{model} pair {i + 1}: fp32 {train_rate(base):.0f} img/s "
-                      f"({base['by_phase']['train']['verdict']}, mixed_bfloat16 "
-                      f"{'advised' if advised[-1] else 'not advised'}), mixed_bfloat16 "
-                      f"{train_rate(bf16):.0f} img/s: {ratio:.2f}×", flush=True)
-            out[model] = {"advised": all(advised), "achieved_x": round(statistics.median(ratios), 2),
-                          "range_x": [round(min(ratios), 2), round(max(ratios), 2)]}
+            out[model] = advised_pairs(
+                args.pairs,
+                lambda i, m=model: _watch(Path(tmp) / f"{m}-base{i}", args.backend, m,
+                                          args.steps, None),
+                lambda i, m=model: _watch(Path(tmp) / f"{m}-bf16{i}", args.backend, m,
+                                          args.steps, "mixed_bfloat16"),
+                ADVICE, (f"{model} ", "fp32", "mixed_bfloat16", "mixed_bfloat16"))
     print(json.dumps(out))
 
 

@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "watch_scripts" / "keras_known.py"
@@ -49,6 +50,29 @@ def train_rate(summary: dict) -> float:
     """Training images a second over the epochs after the first (which traces)."""
     train = [p for p in summary["phases"] if p["phase"] == "train" and p["epoch"] >= 2]
     return sum(p["images"] for p in train) / sum(p["seconds"] for p in train)
+
+
+def advised_pairs(pairs: int, base: Callable[[int], dict], fixed: Callable[[int], dict],
+                  advice: str, words: tuple[str, str, str, str]) -> dict[str, object]:
+    """A fix stepscope advises, rerun against its baseline ``pairs`` times, the two runs of a
+    pair one after the other so machine noise hits both alike: ``base(i)`` and ``fixed(i)``
+    run them. Returns whether every baseline's findings gave ``advice`` and the fix's training
+    throughput over the baseline's (median, range). Each pair is printed as ``words`` name it:
+    (the pair's prefix, the baseline, the advice, the fix)."""
+    prefix, base_name, advice_name, fix_name = words
+    ratios: list[float] = []
+    advised: list[bool] = []
+    for i in range(pairs):
+        before = base(i)
+        advised.append(advice in " ".join(f["fix"] for f in before["findings"]))
+        after = fixed(i)
+        ratios.append(train_rate(after) / train_rate(before))
+        print(f"{prefix}pair {i + 1}: {base_name} {train_rate(before):.0f} img/s "
+              f"({before['by_phase']['train']['verdict']}, {advice_name} "
+              f"{'advised' if advised[-1] else 'not advised'}), {fix_name} "
+              f"{train_rate(after):.0f} img/s: {ratios[-1]:.2f}×", flush=True)
+    return {"advised": all(advised), "achieved_x": round(statistics.median(ratios), 2),
+            "range_x": [round(min(ratios), 2), round(max(ratios), 2)]}
 
 
 def main() -> None:

@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from keras_spe_gain import train_rate
+from keras_spe_gain import advised_pairs
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "watch_scripts" / "tf_loop.py"
 
@@ -44,22 +43,12 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=48)
     args = ap.parse_args()
-    ratios: list[float] = []
-    advised: list[bool] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.pairs):
-            eager = _watch(Path(tmp) / f"eager{i}", args.steps, True)
-            advised.append(any("@tf.function" in f["fix"] for f in eager["findings"]))
-            graph = _watch(Path(tmp) / f"graph{i}", args.steps, False)
-            ratio = train_rate(graph) / train_rate(eager)
-            ratios.append(ratio)
-            print(f"pair {i + 1}: eager {train_rate(eager):.0f} img/s "
-                  f"({eager['by_phase']['train']['verdict']}, @tf.function "
-                  f"{'advised' if advised[-1] else 'not advised'}), tf.function "
-                  f"{train_rate(graph):.0f} img/s: {ratio:.2f}×", flush=True)
-    print(json.dumps({"bench": "tf_loop_function", "pairs": args.pairs, "advised": all(advised),
-                      "achieved_x": round(statistics.median(ratios), 2),
-                      "range_x": [round(min(ratios), 2), round(max(ratios), 2)]}))
+        found = advised_pairs(
+            args.pairs, lambda i: _watch(Path(tmp) / f"eager{i}", args.steps, True),
+            lambda i: _watch(Path(tmp) / f"graph{i}", args.steps, False),
+            "@tf.function", ("", "eager", "@tf.function", "tf.function"))
+    print(json.dumps({"bench": "tf_loop_function", "pairs": args.pairs, **found}))
 
 
 if __name__ == "__main__":
