@@ -75,9 +75,10 @@ def _s(ms: float | None) -> float | None:
 
 
 def _input_fix(agg: PhaseAgg, cores: float | None,
-               summary: Summary | None) -> tuple[str, str, tuple[int, int] | None]:
-    """(fix, short change label, (workers now, after) where the fix is more workers) for the
-    input cause, in the run's framework; figures and stages only as measured (``summary`` None:
+               summary: Summary | None) -> tuple[str, str, tuple[int, int, str] | None]:
+    """(fix, short change label, (workers now, after, what they are called: "workers" or a
+    tf.data pipeline's "parallel calls") where the fix is more of them) for the input cause, in
+    the run's framework; figures and stages only as measured (``summary`` None:
     a bare aggregate, no framework known)."""
     loader = phase_input(summary.get("loader"), agg["phase"]) if summary else None
     # The claims look their measurements up by path; without a summary none holds.
@@ -101,12 +102,14 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
     t = policy.more_workers(w, int(cores or 2))
     if t is not None and (cause == "workers" or (cause == "cpu" and not cores_busy)):
         if keras and loader is not None:
-            change = f"workers {w} → {t}"
-            if loader.get("kind") == "tf.data" and python_gil_held(loader) is not None:
-                change = f"the map's Python out of the GIL, {t} parallel calls"
-            return keras_workers_fix(loader, w, t, agg["phase"]), change, (w, t)
+            change, makers = f"workers {w} → {t}", "workers"
+            if loader.get("kind") == "tf.data":
+                makers = "parallel calls"
+                if python_gil_held(loader) is not None:
+                    change = f"the map's Python out of the GIL, {t} parallel calls"
+            return keras_workers_fix(loader, w, t, agg["phase"]), change, (w, t, makers)
         return (f"raise DataLoader workers {w} → {t} (and prefetch_factor) so batches are ready "
-                "when the step asks", f"workers {w} → {t}", (w, t))
+                "when the step asks", f"workers {w} → {t}", (w, t, "workers"))
     if keras and loader is not None:
         return keras_cpu_fix(loader, agg["phase"]), (
             "decode once" if agg["phase"] == "val" else "cheaper augmentation"), None
@@ -163,14 +166,10 @@ def input_finding(agg: PhaseAgg, cores: float | None,
         # A batch's loading spread over t workers instead of w comes at most t/w as often (t is
         # within the job's cores): the new step is no shorter than the rest of the step, nor
         # than the wait times w/t. One loading thread 1 → 2 cannot promise the wait gone.
-        w, t = spread
+        w, t, makers = spread
         floor = max(1.0 - d, max(w, 1) * d / t)
         if 1.0 / floor < gain:
             gain, after = 1.0 / floor, f"~{fmt_pct(1.0 - (1.0 - d) / floor)}"
-            loader = phase_input(summary.get("loader"), agg["phase"]) if summary else None
-            tf_data = framework_of(summary or {}) == KERAS and loader is not None \
-                and loader.get("kind") == "tf.data"
-            makers = "parallel calls" if tf_data else "workers"
             why = f"; {t} {makers} make batches at most {fmt_ratio(t / max(w, 1))} as fast"
     step = agg.get("step_ms_per_step")
     new_step = None if step is None else step / gain

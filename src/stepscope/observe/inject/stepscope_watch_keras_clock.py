@@ -124,7 +124,7 @@ class GraphClock:
         with tf.device("/CPU:0"):
             t0 = tf.timestamp()
         graph = tf.compat.v1.get_default_graph()
-        _mark(graph, self.FETCHES)
+        mark_graphs(graph, self.FETCHES)
         if getattr(graph, "_stepscope_start", None) is None and _called_graph(graph):
             # an op with no inputs runs as the graph starts: the call's start, for ``ended``
             graph._stepscope_start = t0
@@ -161,7 +161,7 @@ class GraphClock:
         # the optimizer's updates (most of the work: the backward pass) run beside them. Every
         # stateful op traced so far in this graph is (the updates, the fetch, the counters).
         graph = tf.compat.v1.get_default_graph()
-        _mark(graph, self.ENDED)
+        mark_graphs(graph, self.ENDED)
         deps += [op for op in graph.get_operations() if getattr(op, "_is_stateful", False)]
         start = getattr(graph, "_stepscope_start", None)
         fetched = getattr(graph, "_stepscope_fetched", None)
@@ -240,7 +240,7 @@ def _with_ends(rows: Any, ends: Any) -> Any:
     return rows
 
 
-def _mark(graph: Any, attr: str) -> None:
+def mark_graphs(graph: Any, attr: str) -> None:
     """Set ``attr`` on ``graph`` and on every graph it is traced inside (a loop's body is
     inside its function's graph)."""
     while graph is not None:
@@ -455,16 +455,20 @@ def _probe_gil() -> None:
         except (OSError, ValueError, IndexError):
             return 0.0
 
-    while _gil[0] < GIL_SAMPLES:
-        if not _py_op_open():
+    try:
+        while _gil[0] < GIL_SAMPLES:
+            if not _py_op_open():
+                time.sleep(GIL_PROBE_S)
+                continue
+            q0, t0 = queued(), time.perf_counter()
             time.sleep(GIL_PROBE_S)
-            continue
-        q0, t0 = queued(), time.perf_counter()
-        time.sleep(GIL_PROBE_S)
-        late = time.perf_counter() - t0 - GIL_PROBE_S - (queued() - q0)
-        if _py_op_open():
-            _gil[0] += 1
-            _gil[1] += late >= GIL_LATE_S
+            late = time.perf_counter() - t0 - GIL_PROBE_S - (queued() - q0)
+            if _py_op_open():
+                _gil[0] += 1
+                _gil[1] += late >= GIL_LATE_S
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def python_gil() -> dict[str, int] | None:

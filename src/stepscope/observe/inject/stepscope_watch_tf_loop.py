@@ -37,9 +37,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stepscope.observe.inject.stepscope_watch_keras_clock import GraphClock
+    from stepscope.observe.inject.stepscope_watch_keras_clock import GraphClock, mark_graphs
     from stepscope.observe.inject.stepscope_watch_loop import LoopTracker
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
+else:
+    try:  # in the watched interpreter a top-level module (see sitecustomize)
+        from stepscope_watch_keras_clock import mark_graphs
+    except ImportError:  # imported from the package (tests, type checks)
+        from stepscope.observe.inject.stepscope_watch_keras_clock import mark_graphs
 
 _STATE = "_stepscope_iter"
 _TRAINS = "_stepscope_trains"  # set on a FuncGraph that computed gradients while traced
@@ -343,10 +348,7 @@ def _mark_trains(tf: Any) -> bool:
     train step's; False when run eagerly."""
     if not tf.inside_function():
         return False
-    graph = tf.compat.v1.get_default_graph()
-    while graph is not None:
-        setattr(graph, _TRAINS, True)
-        graph = getattr(graph, "outer_graph", None)
+    mark_graphs(tf.compat.v1.get_default_graph(), _TRAINS)
     return True
 
 
