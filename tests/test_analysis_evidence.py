@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis import evidence
+from stepscope.analysis import epoch_one, evidence
 from stepscope.analysis.contracts_summary import PhaseAgg, Summary
 from stepscope.analysis.explain import (
     cold_vs_warm,
@@ -144,7 +144,7 @@ def test_scipy_figures_only_for_the_seed_augmentation() -> None:
 
 def test_every_claim_is_used_where_sentences_are_made() -> None:
     src = Path(evidence.__file__).parent
-    code = (src / "explain.py").read_text() + (src / "findings.py").read_text()
+    code = "".join((src / f).read_text() for f in ("explain.py", "findings.py", "epoch_one.py"))
     for claim_id in evidence.CLAIMS:
         used = f'"{claim_id}"' in code
         used = used or (claim_id.startswith("decoded_") and 'f"decoded_{' in code)
@@ -229,3 +229,70 @@ def test_tf_distribute_sentence_needs_the_recorded_strategy() -> None:
                          "distribute_replicas": 2})
     assert "under tf.distribute MirroredStrategy with 2 replicas in sync" in _text(headline, s)
     assert "tf.distribute" not in _text(headline, _without(s, "loader.distribute_strategy"))
+
+
+def _first_epoch_only(**kw: Any) -> dict[str, Any]:
+    """Epoch 1 input-bound (95 % wait), epochs 2 and 3 compute-bound, from a tf.data pipeline
+    with a .cache() (drop ``loader.cache`` to remove that measurement)."""
+    def phase(epoch: int, verdict: str, wait: float, seconds: float) -> dict[str, Any]:
+        return {"epoch": epoch, "phase": "train", "verdict": verdict, "data_wait_frac": wait,
+                "seconds": seconds}
+    s = _summary(phases=[phase(1, "input-bound", 0.95, 4.0), phase(2, "compute-bound", 0.04, 0.1),
+                         phase(3, "compute-bound", 0.1, 0.1)],
+                 loader={"framework": "keras", "kind": "tf.data", "cache": True}, **kw)
+    s["by_phase"]["train"]["input_cause"] = "workers"
+    return s
+
+
+def test_only_epoch_one_waited_names_the_cache_as_measured() -> None:
+    s = _first_epoch_only()
+    text = _text(epoch_one.answer, s)
+    assert text.startswith("Epoch 1 was input-bound: 95 % of its steps' time waited for data; "
+                           "epochs 2–3 were compute-bound (4–10 % data wait). Its wait took "
+                           "3.8 s of the 4.2 s spent training.")
+    assert "The tf.data pipeline caches (.cache()" in text
+    assert "Only epoch 1 waited: epochs 2–3 were compute-bound" in _text(headline, s)
+    found = input_finding(s["by_phase"]["train"], cores=2, summary=s)
+    assert found is not None
+    assert found["expected_gain"].endswith(", in epoch 1 only: later epochs read the cache")
+    # without the pipeline's cache read, the cache is not named: the figures stay, the cause
+    # is said to be unmeasured (the page cache is not it: epoch 1 read 10 MB of 600 MB)
+    bare = _without(s, "loader.cache")
+    text = _text(epoch_one.answer, bare)
+    assert "cache" not in text.replace("no cache in the input", "")
+    assert "What changed after it was not measured" in text
+    assert input_finding(bare["by_phase"]["train"], cores=2, summary=bare)["expected_gain"] \
+        .endswith(", in epoch 1 only")
+
+
+def test_only_epoch_one_waited_names_a_page_cache_it_measured() -> None:
+    s = _without(_first_epoch_only(epochs=[
+        {"epoch": 1, "disk_read_bytes": 590_000_000, "rchar_bytes": 600_000_000},
+        {"epoch": 2, "disk_read_bytes": 1_000_000, "rchar_bytes": 600_000_000},
+        {"epoch": 3, "disk_read_bytes": 1_000_000, "rchar_bytes": 600_000_000}]), "loader.cache")
+    for p, resid in zip(s["phases"], (0.0, 1.0, 1.0), strict=True):
+        p["dataset_resident_frac_start"] = resid
+    assert "Epoch 1 read 590 MB of the dataset from disk; later epochs found its files in the " \
+        "kernel's page cache." in _text(epoch_one.answer, s)
+    assert "page cache" not in _text(epoch_one.answer, _without(s, "dataset.files"))
+
+
+def test_no_first_epoch_answer_when_later_epochs_wait_too() -> None:
+    s = _first_epoch_only()
+    s["phases"][2]["verdict"] = "input-bound"
+    assert epoch_one.answer(s) is None
+    assert "Only epoch" not in _text(headline, s)
+    assert "epoch 1 only" not in input_finding(s["by_phase"]["train"], cores=2,
+                                               summary=s)["expected_gain"]
+    one = _first_epoch_only()
+    one["phases"] = one["phases"][:1]  # a single epoch: nothing to set it against
+    assert epoch_one.answer(one) is None
+
+
+def test_only_epoch_one_waited_names_the_trainers_feature_cache() -> None:
+    s = _without(_first_epoch_only(), "loader.cache")
+    for p in s["phases"][1:]:
+        p["feature_cache"] = True  # summary._mark_cached_phases, from fact featcache.used
+    assert "Later epochs ran from the trainer's feature cache" in _text(epoch_one.answer, s)
+    assert input_finding(s["by_phase"]["train"], cores=2, summary=s)["expected_gain"] \
+        .endswith(", in epoch 1 only: later epochs read the feature cache")

@@ -146,6 +146,29 @@ def test_input_bound(tmp_path: Path, backend: str, kind: str, extra: list[str]) 
     f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
     assert "steps_per_execution" not in json.dumps(s["findings"])  # no callback overhead
     assert ("num_parallel_calls" if kind == "tfdata" else "use_multiprocessing=True") in f["fix"]
+    assert "Why only epoch" not in s["_printed"] and "epoch 1 only" not in f["expected_gain"]
+
+
+@pytest.mark.slow
+def test_tf_data_cache_leaves_only_epoch_one_input_bound(tmp_path: Path) -> None:
+    """The tf.data guide's ``.cache()`` after the map: epoch 1 runs the planted 150 ms a batch
+    and fills the cache, epochs 2 and 3 read the cached batches before a tiny model. Epoch 1 is
+    input-bound and the later ones are not; the explanation says only epoch 1 waited, names the
+    cache watch read, and the fix's gain is said to be epoch 1's."""
+    s = _run(tmp_path, "tensorflow", "tfdata", str(INPUT_MS), "dense", "--steps", "16",
+             "--epochs", "3", "--cache")
+    train = _train(s)
+    assert [p["epoch"] for p in train] == [1, 2, 3]
+    assert train[0]["verdict"] == "input-bound" and train[0]["input_cause"] == "workers"
+    assert train[0]["data_wait_frac"] >= INPUT_WAIT_MIN, train[0]
+    for p in train[1:]:
+        assert p["verdict"] != "input-bound" and p["data_wait_frac"] <= COMPUTE_WAIT_MAX, p
+    assert s["loader"]["cache"] is True
+    assert "Why only epoch 1 waited for data" in s["_printed"]
+    assert "The tf.data pipeline caches (.cache()" in s["_printed"]
+    f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    assert f["expected_gain"].endswith(", in epoch 1 only: later epochs read the cache")
+    _assert_keras_words(s)
 
 
 @pytest.mark.slow

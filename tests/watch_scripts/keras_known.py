@@ -3,7 +3,7 @@
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
         [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
         [--cpu-clock] [--gap-clock] [--own-train-function] [--val-input KIND] [--val-load-ms MS]
-        [--policy NAME]
+        [--policy NAME] [--cache]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -18,6 +18,8 @@ sink), not async-safe, so Keras runs it on the loop's thread between steps.
 from training's (a tf.data training pipeline validated on a PyDataset, as scripts mix them).
 --policy: ``keras.mixed_precision.set_global_policy(NAME)`` before the model is built
 (``mixed_bfloat16``: the mixed precision stepscope advises on a CPU with native bf16).
+--cache (tf.data inputs): ``.cache()`` after the maps, as the tf.data guide places it, so only
+epoch 1 runs the planted cost and later epochs read the cached batches.
 --own-train-function (Keras 3 on TensorFlow): the model makes its own train function, a
 ``tf.function`` that takes the next batch and runs ``train_step``, overriding
 ``make_train_function`` as a custom training loop written before Keras 3 did.
@@ -60,6 +62,7 @@ p.add_argument("--own-train-function", action="store_true")
 p.add_argument("--val-input", default=None)
 p.add_argument("--val-load-ms", type=float, default=None)
 p.add_argument("--policy", default=None)
+p.add_argument("--cache", action="store_true")
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -141,6 +144,8 @@ def tf_data(n: int, parallel: bool, load_ms: float):  # type: ignore[no-untyped-
         num_parallel_calls=tf.data.AUTOTUNE if parallel else None)
     ds = ds.map(lambda x, y: (tf.ensure_shape(x, (args.batch, *SHAPE)),
                               tf.ensure_shape(y, (args.batch,))))
+    if args.cache:
+        ds = ds.cache()
     return ds.prefetch(tf.data.AUTOTUNE) if parallel else ds
 
 

@@ -71,6 +71,8 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
     # steady steps for a median.
     "keras_graph_timed": (Need(f"{KERAS_CALLS}.work_median_s"),
                           Need(f"{KERAS_CALLS}.calls", 10)),
+    # "the tf.data pipeline caches": watch read a .cache() in the pipeline given to Model.fit.
+    "tf_data_cache": (Need("loader.kind", equals="tf.data"), Need("loader.cache", equals=True)),
     # "ran under tf.distribute MirroredStrategy": watch read the Keras model's strategy.
     "tf_distribute": (Need("loader.distribute_strategy"),),
 }

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from stepscope.analysis import epoch_one
 from stepscope.analysis.contracts_summary import EpochRow, MemorySection, PhaseAgg, Summary
+from stepscope.analysis.epoch_one import COLD_MIN_BYTES, epoch_was_cold
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fmt import (
     fmt_bytes,
@@ -34,8 +36,6 @@ from stepscope.analysis.vocab import (
 )
 
 SAME_SPEED_RATIO = 1.10  # validation within 10 % of training's img/s: "about as fast"
-COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
-COLD_MIN_BYTES = 16_000_000
 CHECKPOINT_BUSY_S = 0.5
 
 
@@ -107,6 +107,8 @@ def headline(s: Summary) -> tuple[str, str] | None:
             if agg.get("input_evidence"):
                 text += " (" + "; ".join(agg["input_evidence"]) + ")"
         text += "."
+        if (only := epoch_one.first_epoch_only(s)) is not None:
+            text += f" Only epoch {only.first['epoch']} waited: {only.later_words()}."
     elif v == "compute-bound":
         text = (f"{kind} was compute-bound: {fmt_pct(agg['compute_frac'])} of every step was the "
                 f"model's own work; data wait was {fmt_pct(agg['data_wait_frac'])}.")
@@ -203,24 +205,6 @@ def _less(a: PhaseAgg, b: PhaseAgg,
           key: Literal["data_wait_ms_per_image", "compute_ms_per_image"]) -> bool:
     x, y = a[key], b[key]
     return x is not None and y is not None and x < y
-
-
-def epoch_was_cold(s: Summary, epoch: EpochRow) -> bool:
-    """Did this epoch read the dataset from disk (a cold page cache)?
-
-    Residency at the epoch's start decides when measured; else physical reads against the
-    dataset's size; else against what the epoch read, ignoring a few MB (shared libraries paged
-    in by new workers count as physical reads but are not dataset files).
-    """
-    resid = next((p.get("dataset_resident_frac_start") for p in s.get("phases") or []
-                  if p["epoch"] == epoch["epoch"]), None)
-    if resid is not None:
-        return bool(resid < 0.5)
-    disk = epoch.get("disk_read_bytes") or 0
-    ds = (s.get("dataset") or {}).get("bytes")
-    if ds:
-        return bool(disk >= COLD_READ_FRAC * ds)
-    return bool(disk >= max(COLD_MIN_BYTES, COLD_READ_FRAC * (epoch.get("rchar_bytes") or 0)))
 
 
 def _epoch_disk_line(e: EpochRow, resid: float | None) -> str:
@@ -464,8 +448,8 @@ def what_to_do(s: Summary) -> tuple[str, str] | None:
 
 
 _ANSWERS: tuple[Callable[[Summary], tuple[str, str] | None], ...] = (
-    headline, train_vs_val, stages_answer, workers_answer, cold_vs_warm, cpu_pattern, gpu_pattern,
-    memory_answer, val_inference, ram_inference, vram_inference, what_to_do,
+    headline, epoch_one.answer, train_vs_val, stages_answer, workers_answer, cold_vs_warm,
+    cpu_pattern, gpu_pattern, memory_answer, val_inference, ram_inference, vram_inference, what_to_do,
 )
 
 

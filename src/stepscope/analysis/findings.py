@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 
 from stepscope import policy
+from stepscope.analysis import epoch_one
 from stepscope.analysis.contracts import Finding, Severity, by_severity, make_finding
 from stepscope.analysis.contracts_summary import (
     KerasTrainCalls,
@@ -184,6 +185,8 @@ def input_finding(agg: PhaseAgg, cores: float | None,
     if gil is not None:
         expected = (f"{change}: predicted {fmt_ratio(gil['speedup'])} faster "
                     f"({gil['images_per_s']:.0f} img/s; {gil['basis']})")
+    if agg["phase"] == "train" and summary is not None:
+        expected += epoch_one.gain_scope(summary)
     cause = agg.get("input_cause")
     title = f"{kind.capitalize()} is input-bound ({cause}): {fmt_pct(d)} of every step waits for data"
     severity: Severity = "high" if d >= BOUND_FRAC else "medium"
