@@ -150,6 +150,15 @@ def test_input_bound(tmp_path: Path, backend: str, kind: str, extra: list[str]) 
 
 
 @pytest.mark.slow
+def test_a_resumed_fit_keeps_keras_epoch_numbers(tmp_path: Path) -> None:
+    """``fit(initial_epoch=2, epochs=4)`` prints "Epoch 3/4" and "Epoch 4/4": so does watch."""
+    s = _run(tmp_path, "tensorflow", "pydataset", "0", "dense", "--steps", "8", "--epochs", "4",
+             "--initial-epoch", "2")
+    assert [p["epoch"] for p in _train(s)] == [3, 4]
+    assert [e["epoch"] for e in s["epochs"]] == [3, 4]
+
+
+@pytest.mark.slow
 def test_tf_data_cache_leaves_only_epoch_one_input_bound(tmp_path: Path) -> None:
     """The tf.data guide's ``.cache()`` after the map: epoch 1 runs the planted 150 ms a batch
     and fills the cache, epochs 2 and 3 read the cached batches before a tiny model. Epoch 1 is

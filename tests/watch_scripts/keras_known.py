@@ -3,7 +3,7 @@
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
         [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
         [--cpu-clock] [--gap-clock] [--own-train-function] [--val-input KIND] [--val-load-ms MS]
-        [--policy NAME] [--cache]
+        [--policy NAME] [--cache] [--initial-epoch N]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -20,6 +20,8 @@ from training's (a tf.data training pipeline validated on a PyDataset, as script
 (``mixed_bfloat16``: the mixed precision stepscope advises on a CPU with native bf16).
 --cache (tf.data inputs): ``.cache()`` after the maps, as the tf.data guide places it, so only
 epoch 1 runs the planted cost and later epochs read the cached batches.
+--initial-epoch: ``fit(initial_epoch=N)``, a run resumed after N epochs (Keras prints
+"Epoch N+1/E" first).
 --own-train-function (Keras 3 on TensorFlow): the model makes its own train function, a
 ``tf.function`` that takes the next batch and runs ``train_step``, overriding
 ``make_train_function`` as a custom training loop written before Keras 3 did.
@@ -63,6 +65,7 @@ p.add_argument("--val-input", default=None)
 p.add_argument("--val-load-ms", type=float, default=None)
 p.add_argument("--policy", default=None)
 p.add_argument("--cache", action="store_true")
+p.add_argument("--initial-epoch", type=int, default=0)
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -216,7 +219,7 @@ else:
     model = build()
 
 train = source(args.steps, args.input, args.load_ms)
-kw: dict = {"epochs": args.epochs, "verbose": 2}
+kw: dict = {"epochs": args.epochs, "verbose": 2, "initial_epoch": args.initial_epoch}
 if args.input == "arrays":
     x, y = train
     kw.update(x=x, y=y, batch_size=args.batch)

@@ -81,16 +81,18 @@ def _why(s: Summary, found: FirstEpochOnly) -> tuple[str, str]:
     if all(p.get("feature_cache") for p in found.later):
         return (" Later epochs ran from the trainer's feature cache (the frozen trunk's features, "
                 "computed once: fact featcache.used), which reads no images.", "the feature cache")
+    n = found.first["epoch"]
     cached = claim(s, "tf_data_cache", " The tf.data pipeline caches (.cache(), as watch read "
-                   "the pipeline given to Model.fit): epoch 1 ran everything before the cache "
-                   "and filled it, and later epochs read their batches from it, so only epoch "
-                   "1 pays for that loading.")
+                   f"the pipeline given to Model.fit): epoch {n} ran everything before the "
+                   "cache and filled it, and later epochs read their batches from it, so only "
+                   f"epoch {n} pays for that loading.")
     if cached:
         return cached, "the cache"
     cold = _disk_warmed(s)
     if cold is not None:
-        return (f" Epoch 1 read {fmt_bytes(cold['disk_read_bytes'])} of the dataset from disk; "
-                "later epochs found its files in the kernel's page cache.", "the page cache")
+        return (f" Epoch {cold['epoch']} read {fmt_bytes(cold['disk_read_bytes'])} of the "
+                "dataset from disk; later epochs found its files in the kernel's page cache.",
+                "the page cache")
     return "", ""
 
 

@@ -431,7 +431,8 @@ def callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
                 ledger_facts(self.model, rec)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            steps.phase_begin("train", self._train_images, self._train_workers)
+            # numbered as Keras prints it: a fit resumed with initial_epoch=5 opens "Epoch 6/10"
+            steps.phase_begin("train", self._train_images, self._train_workers, epoch + 1)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             self._end()

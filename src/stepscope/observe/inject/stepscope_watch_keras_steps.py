@@ -260,7 +260,8 @@ class KerasSteps:
         self.per_step = max(1, per_step)
 
     # -- the loop (main thread) ------------------------------------------------------------------
-    def phase_begin(self, phase: str, images_fn: ImagesFn, workers: int | None) -> None:
+    def phase_begin(self, phase: str, images_fn: ImagesFn, workers: int | None,
+                    numbered: int | None = None) -> None:
         t = self.clock()
         self._close(t)
         self._record(until=t)
@@ -268,7 +269,7 @@ class KerasSteps:
         if self.phase is not None:
             self.rec.end_phase(self.phase, t)
             self._stage_fact(self.phase)
-        self.phase = self.rec.begin_phase(phase, workers, t)
+        self.phase = self.rec.begin_phase(phase, workers, t, numbered=numbered)
         self._stages0 = self.stages.snapshot() if self.stages is not None else None
         self.images_fn = images_fn
         self.t_start = t  # iterator creation and the first fetch belong to step 0

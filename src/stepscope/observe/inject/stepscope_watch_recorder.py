@@ -226,9 +226,13 @@ class Recorder:
 
     # -- phases --------------------------------------------------------------------------------
     def begin_phase(self, phase: str, workers: int | None, t: float, *,
-                    same_epoch: bool = False, persistent: bool | None = None) -> PhaseState:
+                    same_epoch: bool = False, persistent: bool | None = None,
+                    numbered: int | None = None) -> PhaseState:
         """Open a phase at ``t``. A new train phase is a new epoch (unless ``same_epoch``: training
-        resumed after its phase was closed); val belongs to the current one.
+        resumed after its phase was closed); val belongs to the current one. ``numbered``: the
+        loop's own number for a new train phase's epoch, as it prints it (Keras's "Epoch 6/10"
+        for ``fit(initial_epoch=5)``), never below the next one here: a second ``fit()`` that
+        counts from 1 again keeps its epochs apart from the first's.
 
         Phases left open by a loop that broke out early are closed here: every open val phase,
         and every open train phase when a new train phase starts (a val loop nested in a train
@@ -239,7 +243,7 @@ class Recorder:
             if ph.phase == "val" or phase == "train":
                 self.end_phase(ph, t)
         if phase == "train" and not same_epoch:
-            self.epoch += 1
+            self.epoch = max(self.epoch + 1, numbered or 0)
         epoch = self.epoch
         warm = 0 if phase in self._warm_phases else WARMUP_STEPS
         self._warm_phases.add(phase)
