@@ -159,6 +159,19 @@ def test_a_resumed_fit_keeps_keras_epoch_numbers(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_second_fit_after_compile_warms_up_again(tmp_path: Path) -> None:
+    """The fine-tuning guide's compile() and second fit(): its first step traces a new train
+    function (~0.5 s here against ~5 ms steps; 17 s for MobileNetV2 under XLA), so that phase
+    starts with warm-up steps as the first fit's did, and its steady steps are as the next
+    epoch's. Keras prints "Epoch 1/2" again; watch goes on counting."""
+    s = _run(tmp_path, "tensorflow", "pydataset", "0", "dense", "--steps", "16", "--refit")
+    train = _train(s)
+    assert [p["epoch"] for p in train] == [1, 2, 3, 4]
+    assert [p["warmup_steps"] for p in train] == [3, 0, 3, 0]
+    assert train[2]["step_ms_per_step"] <= 3 * train[3]["step_ms_per_step"], train
+
+
+@pytest.mark.slow
 def test_tf_data_cache_leaves_only_epoch_one_input_bound(tmp_path: Path) -> None:
     """The tf.data guide's ``.cache()`` after the map: epoch 1 runs the planted 150 ms a batch
     and fills the cache, epochs 2 and 3 read the cached batches before a tiny model. Epoch 1 is

@@ -3,7 +3,7 @@
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
         [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
         [--cpu-clock] [--gap-clock] [--own-train-function] [--val-input KIND] [--val-load-ms MS]
-        [--policy NAME] [--cache] [--initial-epoch N]
+        [--policy NAME] [--cache] [--initial-epoch N] [--refit]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -22,6 +22,9 @@ from training's (a tf.data training pipeline validated on a PyDataset, as script
 epoch 1 runs the planted cost and later epochs read the cached batches.
 --initial-epoch: ``fit(initial_epoch=N)``, a run resumed after N epochs (Keras prints
 "Epoch N+1/E" first).
+--refit: after the first ``fit``, ``compile`` again (with a lower learning rate) and ``fit``
+again, as the Keras fine-tuning guide does after unfreezing its base: the second fit traces a
+new train function in its first step.
 --own-train-function (Keras 3 on TensorFlow): the model makes its own train function, a
 ``tf.function`` that takes the next batch and runs ``train_step``, overriding
 ``make_train_function`` as a custom training loop written before Keras 3 did.
@@ -66,6 +69,7 @@ p.add_argument("--val-load-ms", type=float, default=None)
 p.add_argument("--policy", default=None)
 p.add_argument("--cache", action="store_true")
 p.add_argument("--initial-epoch", type=int, default=0)
+p.add_argument("--refit", action="store_true")
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -263,4 +267,8 @@ if args.gap_clock:
 
     kw.setdefault("callbacks", []).append(GapClock())
 model.fit(**kw)
+if args.refit:
+    model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="binary_crossentropy",
+                  metrics=["accuracy"], steps_per_execution=args.spe)
+    model.fit(**kw)
 print("DONE", file=sys.stderr)

@@ -256,6 +256,11 @@ class Recorder:
             self._phase_workers[ph.seq] = (workers, persistent)
         return ph
 
+    def warm_again(self, phases: tuple[str, ...]) -> None:
+        """The next phase of each kind in ``phases`` starts with warm-up steps again, as the
+        process's first did: its loop traces (and compiles) a new step function."""
+        self._warm_phases.difference_update(phases)
+
     def end_phase(self, ph: PhaseState, t: float) -> None:
         if ph.ended:
             return
