@@ -10,6 +10,7 @@ from stepscope.analysis.keras_loader import workers_answer
 from stepscope.analysis.vocab import (
     differing_inputs,
     keras_bf16_pays,
+    keras_checkpoint_fix,
     keras_compute_fix,
     keras_cpu_fix,
     keras_moderate_wait_fix,
@@ -126,3 +127,16 @@ def test_mixed_bfloat16_pays_only_where_a_backend_was_measured_faster() -> None:
     assert not keras_bf16_pays(True, None, "cpu")  # backend not recorded: not measured
     assert keras_bf16_pays(True, "jax", "cuda:0")  # a GPU's native bf16
     assert not keras_bf16_pays(None, "tensorflow", "cpu")
+
+
+def test_checkpoint_fix_leaves_out_what_the_model_checkpoint_does() -> None:
+    both = keras_checkpoint_fix({"save_best_only": False, "save_weights_only": False})
+    assert "save_best_only=True" in both and "save_weights_only=True" in both
+    assert "save_freq" in both
+    unseen = keras_checkpoint_fix(None)  # saves watch saw, no ModelCheckpoint among callbacks
+    assert "save_best_only=True" in unseen and "save_weights_only=True" in unseen
+    best = keras_checkpoint_fix({"save_best_only": True, "save_weights_only": False})
+    assert "save_best_only" not in best and "save_weights_only=True" in best
+    done = keras_checkpoint_fix({"save_best_only": True, "save_weights_only": True})
+    assert "save_best_only" not in done and "save_weights_only" not in done
+    assert done == "save every N epochs (ModelCheckpoint's save_freq, in batches)"

@@ -581,3 +581,6 @@ def test_seed_keras_script_on_tensorflow(tmp_path: Path, seed_data: Path) -> Non
     mem = s["memory"]
     assert mem["unattributed_frac"] is not None and mem["unattributed_frac"] <= 0.2, mem
     assert (ckpt / "model.h5").exists()  # ModelCheckpoint on val_accuracy ran
+    # the seed's "100 % at epoch end": validation, then the checkpoint written (its best only)
+    assert 1 <= s["checkpoints"]["writes"] <= 2 and s["checkpoints"]["keras"]["save_best_only"]
+    assert "Checkpoints were written" in s["_printed"]

@@ -141,7 +141,9 @@ _METRICS: tuple[Metric, ...] = tuple(
         "alloc_retries": "PyTorch: allocations that freed the cache and retried",
         "ooms": "PyTorch: out-of-memory errors",
     })
-    + _m("trainer", "*", {"checkpoint_write_s": "one checkpoint write, at its time"})
+    + _m("trainer", "*", {"checkpoint_write_s": "one checkpoint write, at its time (stepscope "
+                                                "train's, or a Keras model.save/save_weights "
+                                                "under watch)"})
 )
 
 
@@ -216,6 +218,8 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "loop.framework": "the framework whose loop watch followed",
     "loop.keras_backend": "Keras's backend (tensorflow, jax, torch)",
     "loop.keras_callbacks_timed": "watch timed the user's Keras batch callbacks (other_s)",
+    "loop.keras_model_checkpoint": "how the ModelCheckpoint given to Model.fit saves "
+                                   "({save_best_only, save_weights_only})",
     "loop.keras_gil_wait": "the Keras loop's sleep outside TensorFlow's graph calls is counted "
                            "as data wait (a loading thread pool holds the GIL)",
     "loop.python_gil": "wake-ups of a probe thread while TensorFlow ran a Python op, and how "

@@ -250,11 +250,19 @@ class EpochRow(TypedDict):
     checkpoint_write_s: float | None
 
 
+class ModelCheckpointFacts(TypedDict):
+    """How a Keras ``ModelCheckpoint`` given to ``fit`` saves (watch's fact)."""
+
+    save_best_only: bool
+    save_weights_only: bool
+
+
 class CheckpointsSection(TypedDict):
     writes: int
     total_s: float
     max_s: float | None
     mean_s: float | None
+    keras: ModelCheckpointFacts | None  # the ModelCheckpoint watch read, where it saw one
 
 
 class DatasetFacts(TypedDict):

@@ -29,8 +29,10 @@ from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
 from stepscope.analysis.vocab import (
     KERAS,
+    PYTORCH,
     framework_of,
     keras_bf16_pays,
+    keras_checkpoint_fix,
     keras_compute_fix,
     keras_cpu_fix,
     keras_moderate_wait_fix,
@@ -459,8 +461,8 @@ def checkpoint_findings(summary: Summary) -> list[Finding]:
                      f"Checkpoint writes took {fmt_pct(frac)} of the run",
                      [f"{ck['writes']} writes, {fmt_s(ck['total_s'])} in all, "
                       f"longest {fmt_s(ck['max_s'])}"],
-                     "save only the trainable part (a frozen trunk need not be written each "
-                     "epoch), or write in a background thread", f"up to {fmt_pct(frac)} of the run",
+                     keras_checkpoint_fix(ck.get("keras")) if framework_of(summary) == KERAS
+                     else vocab(PYTORCH).checkpoint_fix, f"up to {fmt_pct(frac)} of the run",
                      MEASURE_COMPARE)]
 
 

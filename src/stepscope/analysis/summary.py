@@ -153,7 +153,8 @@ def _run_section(run: RunInfo, cache: SampleCache) -> RunHeader:
     }
 
 
-def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache) -> CheckpointsSection:
+def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache,
+                        facts: dict[str, Fact]) -> CheckpointsSection:
     """Give each checkpoint write to the phase running (or last ended) when it was recorded."""
     ck = cache.get("trainer", "checkpoint_write_s")
     for ph in phases:
@@ -167,6 +168,7 @@ def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache) -> Checkpoin
             owner["checkpoint_write_s"] = (owner["checkpoint_write_s"] or 0.0) + v
     return {"writes": len(ck.v), "total_s": sum(ck.v),
             "max_s": cache.peak("trainer", "checkpoint_write_s").max(),
+            "keras": _fact(facts, "loop.keras_model_checkpoint"),
             "mean_s": sum(ck.v) / len(ck.v) if ck.v else None}
 
 
@@ -393,7 +395,7 @@ def build_summary(reader: RunReader) -> Summary:
     for p in phases:  # ImageDataGenerator stages (Keras under watch)
         f = facts.get(f"keras_stages.phase.{p['phase_id']}")
         p["loader_stages"] = stage_fields(f.value if f else None, p.get("seconds"))
-    checkpoints = _assign_checkpoints(phases, cache)
+    checkpoints = _assign_checkpoints(phases, cache, facts)
     cores = _cores(facts, cache)
     run_section = _run_section(run, cache)
     memory, host_memory = _memory(cache, reader, main_pid, gpu, facts, is_gpu_run)

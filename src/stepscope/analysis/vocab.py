@@ -35,6 +35,7 @@ class Vocab:
     overhead_fix: str
     bf16: str                   # how to run in bfloat16
     bf16_tried: str             # the same, as already used
+    checkpoint_fix: str         # checkpoint writes that take a material share of the run
 
 
 TABLE: dict[str, Vocab] = {
@@ -50,6 +51,8 @@ TABLE: dict[str, Vocab] = {
                      "(each is a device sync); move Python work out of the loop",
         bf16="bf16 autocast and channels_last",
         bf16_tried="bf16 autocast",
+        checkpoint_fix="save only the trainable part (a frozen trunk need not be written each "
+                       "epoch), or write in a background thread",
     ),
     KERAS: Vocab(
         framework=KERAS,
@@ -67,6 +70,7 @@ TABLE: dict[str, Vocab] = {
                      "logging); verbose=2 instead of the per-batch progress bar",
         bf16='keras.mixed_precision.set_global_policy("mixed_bfloat16")',
         bf16_tried="mixed_bfloat16",
+        checkpoint_fix="save every N epochs (ModelCheckpoint's save_freq, in batches)",
     ),
 }
 
@@ -169,6 +173,19 @@ def _tf_data_has(loader: LoaderFacts) -> str:
                             ("caches", loader.get("cache"))) if ok]
     return "the tf.data pipeline already " + (", ".join(has[:-1]) + " and " + has[-1]
                                               if len(has) > 1 else has[0])
+
+
+def keras_checkpoint_fix(how: Mapping[str, Any] | None) -> str:
+    """ModelCheckpoint's own ways to write less, leaving out those it already uses (``how``:
+    watch's fact, None where no ModelCheckpoint was seen)."""
+    ways = [w for w, used in (
+        ("save_best_only=True writes only when the monitored figure improves",
+         (how or {}).get("save_best_only")),
+        ("save_weights_only=True (a .weights.h5 file) leaves out the optimizer's state and "
+         "the model's config", (how or {}).get("save_weights_only")))
+        if not used]
+    return "ModelCheckpoint(" + "; ".join(ways) + "), or " + vocab(KERAS).checkpoint_fix \
+        if ways else vocab(KERAS).checkpoint_fix
 
 
 def keras_moderate_wait_fix(loader: LoaderFacts | None, phase: str, cores: int) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -174,6 +175,43 @@ def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasS
     for name in ("fit", "evaluate", "predict"):
         orig = getattr(model_cls, name)
         setattr(model_cls, name, _wrap(orig, name, callback_cls, rec, steps, framework))
+    saving = [0]  # saves under way on any thread: one that calls the other is timed once
+    for name in ("save", "save_weights"):
+        if (orig := getattr(model_cls, name, None)) is not None:
+            setattr(model_cls, name, _timed_save(orig, rec, saving))
+
+
+def _checkpoint_fact(callbacks: Any, rec: Recorder) -> None:
+    """How the user's ``ModelCheckpoint`` saves, for advice that leaves out what it does."""
+    for cb in callbacks:
+        if type(cb).__name__ == "ModelCheckpoint" and rec.once("keras-model-checkpoint"):
+            rec.fact("loop.keras_model_checkpoint",
+                     {"save_best_only": bool(getattr(cb, "save_best_only", False)),
+                      "save_weights_only": bool(getattr(cb, "save_weights_only", False))},
+                     "watch: the ModelCheckpoint given to Model.fit")
+
+
+def _timed_save(orig: Callable[..., Any], rec: Recorder,
+                saving: list[int]) -> Callable[..., Any]:
+    """``Model.save``/``save_weights`` timed: ``ModelCheckpoint`` saves through them (the seed's
+    saves the whole model every epoch, as the user's own callbacks and scripts do), and the
+    time goes to no step or phase: each write is one ``trainer/checkpoint_write_s`` sample
+    (stepscope.metrics), at its end, as ``stepscope train`` records its checkpoints."""
+    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if saving[0] or not rec.owner():
+            return orig(self, *args, **kwargs)
+        saving[0] += 1
+        t0 = time.perf_counter()
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            saving[0] -= 1
+            rec.send(["M", time.time(), "trainer", "checkpoint_write_s",
+                      time.perf_counter() - t0])
+
+    save.__name__, save.__doc__ = orig.__name__, orig.__doc__
+    save.__wrapped__ = orig  # type: ignore[attr-defined]
+    return save
 
 
 def _watch_gil(steps: KerasSteps, train_in: dict[str, object], rec: Recorder) -> None:
@@ -233,6 +271,7 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
             else:  # a CallbackList
                 cbs.append(cb)
             _time_user_callbacks(getattr(cbs, "callbacks", cbs) or [], callback_cls, steps)
+            _checkpoint_fact(getattr(cbs, "callbacks", cbs) or [], rec)
             if rec.once("keras-callbacks-timed"):
                 rec.fact("loop.keras_callbacks_timed", True,
                          "watch: the user's on_train_batch_begin/_end callbacks timed on the "
