@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -175,10 +174,9 @@ def _wrap_model(model_cls: Any, callback_base: Any, rec: Recorder, steps: KerasS
     for name in ("fit", "evaluate", "predict"):
         orig = getattr(model_cls, name)
         setattr(model_cls, name, _wrap(orig, name, callback_cls, rec, steps, framework))
-    saving = [0]  # saves under way on any thread: one that calls the other is timed once
-    for name in ("save", "save_weights"):
+    for name in ("save", "save_weights"):  # ModelCheckpoint's writes, and the script's own
         if (orig := getattr(model_cls, name, None)) is not None:
-            setattr(model_cls, name, _timed_save(orig, rec, saving))
+            setattr(model_cls, name, rec.timed_save(orig))
 
 
 def _checkpoint_fact(callbacks: Any, rec: Recorder) -> None:
@@ -189,29 +187,6 @@ def _checkpoint_fact(callbacks: Any, rec: Recorder) -> None:
                      {"save_best_only": bool(getattr(cb, "save_best_only", False)),
                       "save_weights_only": bool(getattr(cb, "save_weights_only", False))},
                      "watch: the ModelCheckpoint given to Model.fit")
-
-
-def _timed_save(orig: Callable[..., Any], rec: Recorder,
-                saving: list[int]) -> Callable[..., Any]:
-    """``Model.save``/``save_weights`` timed: ``ModelCheckpoint`` saves through them (the seed's
-    saves the whole model every epoch, as the user's own callbacks and scripts do), and the
-    time goes to no step or phase: each write is one ``trainer/checkpoint_write_s`` sample
-    (stepscope.metrics), at its end, as ``stepscope train`` records its checkpoints."""
-    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if saving[0] or not rec.owner():
-            return orig(self, *args, **kwargs)
-        saving[0] += 1
-        t0 = time.perf_counter()
-        try:
-            return orig(self, *args, **kwargs)
-        finally:
-            saving[0] -= 1
-            rec.send(["M", time.time(), "trainer", "checkpoint_write_s",
-                      time.perf_counter() - t0])
-
-    save.__name__, save.__doc__ = orig.__name__, orig.__doc__
-    save.__wrapped__ = orig  # type: ignore[attr-defined]
-    return save
 
 
 def _watch_gil(steps: KerasSteps, train_in: dict[str, object], rec: Recorder) -> None:

@@ -58,6 +58,10 @@ def install(pl: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -
         orig = getattr(trainer_cls, name, None)
         if orig is not None:
             setattr(trainer_cls, name, _framework_loop(orig, rec))
+    # ModelCheckpoint's writes: serialised by torch.save into memory, then written to the file
+    # (lightning.fabric's _atomic_save), so the whole write is timed here, not in torch.save
+    if (save := getattr(trainer_cls, "save_checkpoint", None)) is not None:
+        trainer_cls.save_checkpoint = rec.timed_save(save)
 
 
 def _framework_loop(orig: Callable[..., Any], rec: Recorder) -> Callable[..., Any]:

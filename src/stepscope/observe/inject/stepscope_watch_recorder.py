@@ -199,6 +199,7 @@ class Recorder:
         self._cb_outer: tuple[PhaseState | None, Callable[[int, int], int]] | None = None
         self.at_exit_hooks: list[Callable[[float], None]] = []  # e.g. the loop tracker's flush
         self.rss_marks: dict[str, int] = {}  # RSS at named moments (Keras's memory ledger)
+        self._saving = False  # a checkpoint write is being timed (timed_save)
 
     # -- plumbing ------------------------------------------------------------------------------
     def unix(self, t: float) -> float:
@@ -223,6 +224,28 @@ class Recorder:
     def owner(self) -> bool:
         """True in the process that opened the pipe (not in a forked worker)."""
         return os.getpid() == self.pid
+
+    def timed_save(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        """``orig`` (a function or method that writes a checkpoint: ``torch.save``, Keras's
+        ``Model.save``/``save_weights``, Lightning's ``Trainer.save_checkpoint``) timed. Its time
+        goes to no step or phase (it runs between them), so each write is one
+        ``trainer/checkpoint_write_s`` sample (stepscope.metrics) at its end, as ``stepscope
+        train`` records its own; a write inside another (Lightning's ``torch.save``) is its."""
+        def save(*args: Any, **kwargs: Any) -> Any:
+            if self._saving or not self.owner():
+                return orig(*args, **kwargs)
+            self._saving = True
+            t0 = time.perf_counter()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                self._saving = False
+                self.send(["M", time.time(), "trainer", "checkpoint_write_s",
+                           time.perf_counter() - t0])
+
+        save.__name__, save.__doc__ = orig.__name__, orig.__doc__
+        save.__wrapped__ = orig  # type: ignore[attr-defined]
+        return save
 
     # -- phases --------------------------------------------------------------------------------
     def begin_phase(self, phase: str, workers: int | None, t: float, *,

@@ -67,6 +67,8 @@ def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
     _hook_body(torch, rec, loop, peak)
     rec.periodic.append(lambda: _cuda_memory(torch, rec))
     _hook_cuda_init(torch, rec)
+    # checkpoints, written between steps and phases
+    setattr(torch, "save", rec.timed_save(torch.save))  # noqa: B010 (mypy: ModuleType)
     return loop
 
 
