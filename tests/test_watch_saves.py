@@ -31,7 +31,8 @@ def _watch(tmp_path: Path, *args: str, script: Path = SCRIPT) -> tuple[dict[str,
          str(script), str(out), *args], env=dict(os.environ, PYTHONPATH=str(SRC)),
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((run / "summary.json").read_text()), proc.stdout
+    # the explanation wraps at 80 columns: one space between words, as it reads
+    return json.loads((run / "summary.json").read_text()), " ".join(proc.stdout.split())
 
 
 def _truth(printed: str) -> dict[int, float]:
@@ -53,6 +54,9 @@ def test_model_checkpoint_saves_are_timed_and_advised_on(tmp_path: Path) -> None
     for epoch, seconds in truth.items():
         assert val[epoch] == pytest.approx(seconds, rel=0.3, abs=0.02), (epoch, val, truth)
     assert "Checkpoints were written 3 times" in printed
+    # the run's budget names them among what ran between the phases
+    assert re.search(r"between the phases and after the last, [\d.]+ s of it writing checkpoints",
+                     printed), printed[-2000:]
     f = next(f for f in s["findings"] if f["id"] == "checkpoint_time")
     assert "save_best_only=True" in f["fix"] and "save_weights_only=True" in f["fix"]
     assert "trainable part" not in f["fix"]  # the PyTorch trainer's words

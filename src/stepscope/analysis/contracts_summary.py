@@ -113,6 +113,7 @@ class _PhaseCore(StepSplitFields):
     steps: int
     steady_steps: int
     warmup_steps: int
+    warmup_s: float  # the warm-up steps' wall time (first steps: tracing, compiling, start-up)
     images: int
     seconds: float
     images_per_s: float | None
@@ -263,6 +264,7 @@ class CheckpointsSection(TypedDict):
     max_s: float | None
     mean_s: float | None
     keras: ModelCheckpointFacts | None  # the ModelCheckpoint watch read, where it saw one
+    between_phases_s: float  # the writes (or their parts) that ran outside every phase
 
 
 class DatasetFacts(TypedDict):

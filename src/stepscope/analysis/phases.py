@@ -385,7 +385,7 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
         "phase_id": ph.phase_id, "epoch": ph.epoch, "phase": ph.phase, "rank": ph.rank,
         "started": t0, "ended": t1,
         "steps": ph.steps or totals.steps, "steady_steps": split.steps if steady else 0,
-        "warmup_steps": totals.warmup.steps,
+        "warmup_steps": totals.warmup.steps, "warmup_s": totals.warmup.wall_s,
         "images": images, "seconds": seconds,
         "images_per_s": images / seconds if seconds > 0 else None,
         **fields,

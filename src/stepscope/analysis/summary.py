@@ -166,10 +166,25 @@ def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache,
                 owner = ph
         if owner is not None:
             owner["checkpoint_write_s"] = (owner["checkpoint_write_s"] or 0.0) + v
+    spans = [(ph["started"], ph["ended"]) for ph in phases]
     return {"writes": len(ck.v), "total_s": sum(ck.v),
+            # a write is sampled at its end, lasting its value: the part of it no phase covers
+            "between_phases_s": sum(_uncovered(t - v, t, spans) for t, v in zip(ck.t, ck.v,
+                                                                                strict=True)),
             "max_s": cache.peak("trainer", "checkpoint_write_s").max(),
             "keras": _fact(facts, "loop.keras_model_checkpoint"),
             "mean_s": sum(ck.v) / len(ck.v) if ck.v else None}
+
+
+def _uncovered(a: float, b: float, spans: list[tuple[float, float]]) -> float:
+    """How much of ``[a, b]`` no span covers (spans may overlap: phases of other ranks)."""
+    left, covered = a, 0.0
+    for s0, s1 in sorted(spans):
+        lo, hi = max(s0, left), min(s1, b)
+        if hi > lo:
+            covered += hi - lo
+            left = hi
+    return max(0.0, (b - a) - covered)
 
 
 def _stage_ms(rows: list[PhaseRow], stage: str) -> float | None:

@@ -1,0 +1,69 @@
+"""Where a run's wall time went, from its start to its end: before the first phase, in the
+training and validation phases (and their warm-up steps), between and after them, with the
+checkpoint writes measured there.
+
+Step figures speak of steps; a run also spends time where no step runs: the interpreter, the
+framework's import and the model's building before the first batch, the first steps of each new
+step function (traced, compiled), checkpoints written after validation. A practitioner who times
+the whole run and sees only steps cannot make the numbers add up; this answer does.
+"""
+
+from __future__ import annotations
+
+from stepscope.analysis.contracts_summary import PhaseRow, Summary
+from stepscope.analysis.fmt import fmt_count, fmt_s
+
+SHOWN_MIN_S = 0.05  # parts shorter than this are left out of the sentence
+
+
+def _own(s: Summary) -> list[PhaseRow]:
+    """This run's (this rank's) phases, in time order."""
+    rank = (s.get("run") or {}).get("rank")
+    rows = [p for p in s.get("phases") or [] if rank is None or p.get("rank") in (None, rank)]
+    return sorted(rows, key=lambda p: p["started"])
+
+
+def _kind(rows: list[PhaseRow], kind: str) -> tuple[str, str] | None:
+    """("4.1 s in 3 training phases", "1.7 s of the training"), the second "" under
+    ``SHOWN_MIN_S`` of warm-up; None without such phases."""
+    mine = [p for p in rows if p["phase"] == kind]
+    if not mine:
+        return None
+    word = "training" if kind == "train" else "validation"
+    warm_s = sum(p.get("warmup_s") or 0.0 for p in mine)
+    return (f"{fmt_s(sum(p['seconds'] for p in mine))} in {fmt_count(len(mine), word + ' phase')}",
+            f"{fmt_s(warm_s)} of the {word}" if warm_s >= SHOWN_MIN_S else "")
+
+
+def answer(s: Summary) -> tuple[str, str] | None:
+    """"Where the run's time went", or None without a run length or any phase."""
+    run = s.get("run") or {}
+    started, seconds = run.get("started"), run.get("seconds")
+    rows = _own(s)
+    if started is None or not seconds or not rows:
+        return None
+    first, last = rows[0]["started"], max(p["ended"] for p in rows)
+    before = max(0.0, first - started)
+    after = max(0.0, started + seconds - last)
+    between = max(0.0, (last - first) - sum(p["seconds"] for p in rows))
+    parts = [f"{fmt_s(before)} before the first phase began (the interpreter, imports, "
+             "building the model and its input: not split further)"] \
+        if before >= SHOWN_MIN_S else []
+    kinds = [k for k in (_kind(rows, "train"), _kind(rows, "val")) if k]
+    if kinds:
+        parts.append(" and ".join(k[0] for k in kinds))
+    outside = between + after
+    if outside >= SHOWN_MIN_S:
+        text = f"{fmt_s(outside)} between the phases and after the last"
+        ck = s.get("checkpoints") or {}
+        written = ck.get("between_phases_s") or 0.0
+        if ck.get("writes") and written >= SHOWN_MIN_S:
+            text += f", {fmt_s(min(written, outside))} of it writing checkpoints"
+        parts.append(text)
+    text = f"The run took {fmt_s(seconds)}: " + "; ".join(parts) + "."
+    warm = [k[1] for k in kinds if k[1]]
+    if warm:
+        text += (" Warm-up steps took " + " and ".join(warm) + " (each loop's first steps, "
+                 "where it traces or compiles its step function and starts its loaders; the "
+                 "steady figures leave them out).")
+    return "Where the run's time went", text
