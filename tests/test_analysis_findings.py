@@ -45,6 +45,11 @@ def test_input_finding_gives_evidence_fix_and_the_issue_example_gain() -> None:
     assert "workers 0 → 2" in f["fix"]
     assert f["expected_gain"].startswith("workers 0 → 2: data wait 62 % → ≤ 10 %, ~2.4× faster")
     assert "stepscope tune" in f["measure"]
+    # tune tries settings of stepscope train: a watched script or a Monitor loop is rerun
+    for kind in ("watch", "monitor"):
+        found = input_finding(_agg(), cores=2, summary={"run": {"kind": kind}})
+        assert found is not None and "tune" not in found["measure"]
+        assert "rerun with the change and `stepscope compare`" in found["measure"]
 
 
 def test_cpu_cause_with_busy_cores_suggests_cheaper_augmentation() -> None:

@@ -52,6 +52,13 @@ MEASURE_TUNE = ("measure it: `stepscope tune` tries worker counts and batch size
                 "machine; or rerun and `stepscope compare` the two runs")
 MEASURE_COMPARE = "measure it: rerun with the change and `stepscope compare` the two runs"
 
+
+def _measure_input(summary: Summary | None) -> str:
+    """How to measure an input fix: `stepscope tune` tries settings of `stepscope train` only;
+    a watched script or a Monitor loop is rerun with the change."""
+    run = summary.get("run") if summary is not None else None
+    return MEASURE_TUNE if run is None or run.get("kind") in (None, "train") else MEASURE_COMPARE
+
 _finding = make_finding  # every finding is built by the contract's constructor
 
 
@@ -161,7 +168,8 @@ def input_finding(agg: PhaseAgg, cores: float | None,
         return _finding(f"input_wait_{agg['phase']}", "low",
                         f"{kind.capitalize()} waits for data {fmt_pct(d)} of the time",
                         evidence, fix,
-                        f"at most {fmt_ratio(gain)} faster if the wait vanished", MEASURE_TUNE)
+                        f"at most {fmt_ratio(gain)} faster if the wait vanished",
+                        _measure_input(summary))
     fix, change, spread = _input_fix(agg, cores, summary)
     gain, after = speedup_without(d, RESIDUAL_WAIT_FRAC), f"≤ {fmt_pct(RESIDUAL_WAIT_FRAC)}"
     why = ""
@@ -195,7 +203,7 @@ def input_finding(agg: PhaseAgg, cores: float | None,
     if agg.get("verdict_weak"):
         severity, title = "low", f"{title} (tentative: {agg.get('verdict_note')})"
     return _finding(f"input_bound_{agg['phase']}", severity, title, evidence, fix, expected,
-                    MEASURE_TUNE)
+                    _measure_input(summary))
 
 
 def other_bound_finding(agg: PhaseAgg, model: ModelFacts | None = None,
