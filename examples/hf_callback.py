@@ -60,12 +60,15 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--images", type=int, default=160)
     ap.add_argument("--load-ms", type=float, default=20.0)
+    ap.add_argument("--save-steps", type=int, default=0,
+                    help="write a checkpoint every N steps (the Trainer's default is 500)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as scratch:
         targs = TrainingArguments(
             output_dir=scratch, num_train_epochs=args.epochs, per_device_train_batch_size=8,
-            per_device_eval_batch_size=8, eval_strategy="epoch", save_strategy="no",
+            per_device_eval_batch_size=8, eval_strategy="epoch",
+            save_strategy="steps" if args.save_steps else "no", save_steps=args.save_steps or 500,
             logging_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
             dataloader_num_workers=0,
         )

@@ -81,6 +81,19 @@ def test_hf_callback(tmp_path: Path) -> None:
                        run_dir=tmp_path / "run")
 
 
+@pytest.mark.slow
+def test_hf_checkpoints_are_writes_not_data_wait(tmp_path: Path) -> None:
+    """save_steps=10 over 2 epochs of 20 steps: 4 checkpoints, each written after its step and
+    announced by on_save, recorded as writes; the steps stay input-bound as planted."""
+    pytest.importorskip("transformers")
+    summary = _run_example("hf_callback.py", tmp_path / "run", "--epochs", "2",
+                           "--save-steps", "10")
+    _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:hf",
+                       run_dir=tmp_path / "run")
+    assert summary["checkpoints"]["writes"] == 4, summary["checkpoints"]
+    assert summary["checkpoints"]["total_s"] > 0
+
+
 def _has(module: str) -> bool:
     # find_spec, not import: TensorFlow/JAX must not be imported into this (torch) process.
     import importlib.util

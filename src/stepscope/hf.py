@@ -13,7 +13,10 @@ How the ``Trainer``'s loop maps onto steps (transformers 4.4x-5.x):
   all of a step's micro-batches (``gradient_accumulation_steps`` of them) *before*
   ``on_step_begin``, so the data wait is the time from the previous step's end (or the epoch's
   start, which includes creating the DataLoader iterator) to ``on_step_begin``; it also holds
-  the Trainer's own logging and checkpointing after the previous step. Compute is
+  the Trainer's own logging after the previous step. A checkpoint (``save_steps``) is written
+  after its step and announced by ``on_save``: the time from the step's end (or the
+  evaluation's, when one ran first) to ``on_save`` is a checkpoint write
+  (``trainer/checkpoint_write_s``), not the next step's wait. Compute is
   ``on_step_begin`` .. ``on_step_end``: forward, backward and optimizer. The copy to the device
   happens inside ``training_step`` and so counts as compute.
 - Validation: the Trainer has no callback before an evaluation or before each evaluation batch,
@@ -178,6 +181,9 @@ def _callback_class() -> type:
 
         def on_prediction_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             ACTIVE.cb_batch_end(0, self._images[1])
+
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            ACTIVE.cb_saved()
 
     Callback.__module__ = __name__
     Callback.__qualname__ = "Callback"

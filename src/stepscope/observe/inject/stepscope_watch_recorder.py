@@ -392,6 +392,16 @@ class Recorder:
         self._cb_mark = t  # the validation's time is no training step's data wait
         self._cb_copy = None
 
+    def cb_saved(self) -> None:
+        """The framework has written a checkpoint since the last step, validation or phase
+        ended, and says so only now (Hugging Face's ``on_save``): the time since (its logging
+        and the write) is a checkpoint write, as ``timed_save`` records one, and no part of the
+        next step's data wait."""
+        t = self.clock()
+        if self._cb_mark and t > self._cb_mark:
+            self.send(["M", self.unix(t), "trainer", "checkpoint_write_s", t - self._cb_mark])
+        self._cb_mark = t
+
     def cb_phase_end(self) -> None:
         if self.cb_phase is not None:
             self.end_phase(self.cb_phase, self.clock())
