@@ -121,6 +121,25 @@ def test_compute_bound_fix_leaves_out_what_the_run_already_used() -> None:
     assert "bf16 autocast and channels_last" in fix and gain
 
 
+def test_frozen_trunk_advice_names_the_epochs_a_later_fit_thawed() -> None:
+    """The fine-tuning guide: a first fit with the base frozen (1,281 of 411,489 parameters
+    train), a second from epoch 3 with it unfrozen. The frozen-trunk advice is epochs 1–2's."""
+    from stepscope.analysis.findings import _compute_fix
+
+    summary: Any = {"loader": {"framework": "keras", "keras_backend": "tensorflow",
+                               "augments": True}}
+    model: Any = {"params": 411_489, "trainable_params": 1_281,
+                  "trainable_by_fit": [[1, 1_281], [3, 397_409]]}
+    fix, _ = _compute_fix(model, summary)
+    assert "with the trunk frozen" in fix
+    assert fix.endswith("(epochs 1–2: from epoch 3 a later fit() trained 397,409 of the 411,489 "
+                        "parameters, watch: model.trainable_weights at each fit)")
+    # every fit frozen, or one fit only: the advice as it was, with no epochs named
+    for fits in ([[1, 1_281], [3, 1_281]], None):
+        fix, _ = _compute_fix({**model, "trainable_by_fit": fits}, summary)
+        assert "with the trunk frozen" in fix and "epoch" not in fix
+
+
 def test_gil_bound_keras_threads_are_told_to_use_processes_only_when_measured() -> None:
     summary: Any = {"loader": {"framework": "keras", "kind": "PyDataset", "class": "Batches",
                                "workers": 2, "multiprocessing": False}}

@@ -169,6 +169,8 @@ def test_a_second_fit_after_compile_warms_up_again(tmp_path: Path) -> None:
     assert [p["epoch"] for p in train] == [1, 2, 3, 4]
     assert [p["warmup_steps"] for p in train] == [3, 0, 3, 0]
     assert train[2]["step_ms_per_step"] <= 3 * train[3]["step_ms_per_step"], train
+    params = s["model"]["params"]  # both fits train every parameter: [first epoch, trainable]
+    assert s["model"]["trainable_by_fit"] == [[1, params], [3, params]]
 
 
 @pytest.mark.slow

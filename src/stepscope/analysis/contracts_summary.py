@@ -281,6 +281,8 @@ class ModelFacts(TypedDict):
     framework: str | None  # the memory ledger's framework fact (mem.framework)
     precision: str | None
     channels_last: bool | None
+    # Keras: [first epoch, trainable parameters] at each fit() (two fits or more: fine-tuning)
+    trainable_by_fit: list[list[int]] | None
 
 
 class KerasTrainCalls(TypedDict):

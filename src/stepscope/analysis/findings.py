@@ -343,11 +343,25 @@ def keras_callback_finding(agg: PhaseAgg, summary: Summary) -> Finding | None:
                     MEASURE_COMPARE)
 
 
+def _frozen_until(model: ModelFacts) -> str:
+    """Where a later ``fit`` trained the trunk (half the parameters or more trainable): the
+    epochs the frozen-trunk advice is for, in words; "" when every fit kept it frozen."""
+    params, fits = model.get("params"), model.get("trainable_by_fit") or []
+    thawed = next(((e, n) for e, n in fits[1:] if params and n >= 0.5 * params), None)
+    if thawed is None:
+        return ""
+    first = fits[0][0]
+    until = f"epoch {first}" if thawed[0] - 1 == first else f"epochs {first}–{thawed[0] - 1}"
+    return (f" ({until}: from epoch {thawed[0]} a later fit() trained {thawed[1]:,} of the "
+            f"{params:,} parameters, watch: model.trainable_weights at each fit)")
+
+
 def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
                  ) -> tuple[str, str | None]:
     """What is left to try on a compute-bound run, leaving out what it already used."""
     model = model or {"name": None, "params": None, "trainable_params": None, "file_bytes": None,
-                      "framework": None, "precision": None, "channels_last": None}
+                      "framework": None, "precision": None, "channels_last": None,
+                      "trainable_by_fit": None}
     if summary is not None and framework_of(summary) == KERAS:
         loader = summary.get("loader") or {}
         params, trainable = model.get("params"), model.get("trainable_params")
@@ -355,7 +369,8 @@ def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
         pays = keras_bf16_pays((summary.get("host") or {}).get("bf16"),
                                loader.get("keras_backend"), (summary.get("run") or {}).get("device"))
         mixed = model.get("precision") in ("bf16", "fp16")
-        fix = keras_compute_fix(pays, mixed, frozen, loader.get("augments"))
+        fix = keras_compute_fix(pays, mixed, frozen, loader.get("augments"),
+                                _frozen_until(model) if frozen else "")
         gain = ("mixed_bfloat16 ran three convolutions 1.9× faster under Keras on TensorFlow on "
                 "a CPU with AMX (bench/keras_bf16.py); depthwise convolutions gained nothing: "
                 "measure it" if pays and not mixed else None)

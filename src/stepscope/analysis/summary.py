@@ -350,7 +350,8 @@ def _model_facts(facts: dict[str, Fact]) -> ModelFacts:
             "file_bytes": _fact(facts, "model.file_bytes"),
             "framework": _fact(facts, "mem.framework"),
             "precision": _fact(facts, "train.precision"),
-            "channels_last": _fact(facts, "train.channels_last")}
+            "channels_last": _fact(facts, "train.channels_last"),
+            "trainable_by_fit": _fact(facts, "model.trainable_by_fit")}
 
 
 def _host_facts(facts: dict[str, Fact], cache: SampleCache, cores: float | None,

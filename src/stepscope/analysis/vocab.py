@@ -318,16 +318,17 @@ def keras_bf16_pays(native: bool | None, backend: str | None, device: str | None
 
 
 def keras_compute_fix(bf16_capable: bool | None, tried_bf16: bool, frozen: bool | None,
-                      augments: bool | None) -> str:
-    """What is left for a compute-bound Keras run."""
+                      augments: bool | None, frozen_until: str = "") -> str:
+    """What is left for a compute-bound Keras run; ``frozen_until``: the epochs a frozen trunk's
+    advice is for, where a later fit trained it (" (epochs 1–2: …)")."""
     parts = []
     if bf16_capable and not tried_bf16:
         parts.append(TABLE[KERAS].bf16 + " (the CPU has native bf16)")
     parts.append("a larger batch")
     if frozen and augments is False:
         parts.append("precompute the frozen trunk's features once with base.predict and train "
-                     "the head on them")
+                     "the head on them" + frozen_until)
     elif frozen:
         parts.append("with the trunk frozen, augment less or cache base.predict features of "
-                     "un-augmented images where accuracy allows")
+                     "un-augmented images where accuracy allows" + frozen_until)
     return ", ".join(parts)

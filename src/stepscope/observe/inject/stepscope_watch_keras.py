@@ -230,9 +230,11 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
         # fit() calls evaluate() for validation with its own callback list: ours is in it.
         if rec.framework_depth > 0 or not rec.owner():
             return orig(self, *args, **kwargs)
+        initial_epoch = 0
         try:
             bound = sig.bind(self, *args, **kwargs)
             a = bound.arguments
+            initial_epoch = int(a.get("initial_epoch") or 0)
             train_images, val_images = loop_sizes(name, a, rec)
             train_in = describe_input(a.get("x"), a, rec, framework, "train")
             val_in = describe_input(_val_x(a), a, rec, framework, "val") if name == "fit" \
@@ -257,6 +259,8 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
         except Exception as exc:
             rec.note("watch", f"Keras {name}() not instrumented: {type(exc).__name__}: {exc}")
         _warm_new_functions(self, name, rec)
+        if name == "fit":
+            _fit_trainable(self, initial_epoch, rec)
         mark_rss(rec, "fit")
         rec.framework_depth += 1
         try:
@@ -278,6 +282,27 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
 _STEP_FUNCTIONS = {"fit": (("train_function", "train"), ("test_function", "val")),
                    "evaluate": (("test_function", "val"),),
                    "predict": (("predict_function", "val"),)}
+
+
+_FITS: dict[int, list[list[int]]] = {}  # per recorder: [first epoch, trainable params] a fit
+
+
+def _fit_trainable(model: Any, initial_epoch: int, rec: Recorder) -> None:
+    """Each outer ``fit``'s first epoch and trainable parameter count, the list so far as fact
+    ``model.trainable_by_fit``: the fine-tuning guide freezes its base for a first fit and
+    unfreezes it for a second, where frozen-trunk advice no longer holds."""
+    try:
+        if not getattr(model, "built", False):  # its weights do not exist yet
+            return
+        n = sum(_count(v) for v in model.trainable_weights)
+    except Exception:
+        return
+    fits = _FITS.setdefault(id(rec), [])
+    fits.append([max(rec.epoch + 1, initial_epoch + 1), n])
+    if len(fits) > 1:
+        rec.fact("model.trainable_by_fit", fits,
+                 "watch: Keras model.trainable_weights at each fit() call, with the fit's "
+                 "first epoch")
 
 
 def _warm_new_functions(model: Any, name: str, rec: Recorder) -> None:
