@@ -171,6 +171,8 @@ def test_a_second_fit_after_compile_warms_up_again(tmp_path: Path) -> None:
     assert train[2]["step_ms_per_step"] <= 3 * train[3]["step_ms_per_step"], train
     params = s["model"]["params"]  # both fits train every parameter: [first epoch, trainable]
     assert s["model"]["trainable_by_fit"] == [[1, params], [3, params]]
+    ledger = {i["item"] for i in s["memory"]["ledger"]}  # the second compile, measured apart
+    assert "later fits' first steps: step function compiled again" in ledger, ledger
 
 
 @pytest.mark.slow

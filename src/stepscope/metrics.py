@@ -218,6 +218,8 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "loop.framework": "the framework whose loop watch followed",
     "loop.keras_backend": "Keras's backend (tensorflow, jax, torch)",
     "loop.keras_callbacks_timed": "watch timed the user's Keras batch callbacks (other_s)",
+    "mem.refit_step_bytes": "Keras: RSS growth over each later fit()'s start and first "
+                            "training step (its train function compiled again), summed",
     "model.trainable_by_fit": "Keras: [first epoch, trainable parameters] at each fit() call "
                               "(sent from the second fit on)",
     "loop.keras_model_checkpoint": "how the ModelCheckpoint given to Model.fit saves "

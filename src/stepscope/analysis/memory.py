@@ -53,6 +53,9 @@ _NAMED_ITEMS = (
      "RSS growth from the framework import to fit(), minus the weights"),
     ("mem.first_step_bytes", "first training step: compiled step, activations, arenas",
      "RSS growth over the first training step, minus the optimizer state"),
+    ("mem.refit_step_bytes", "later fits' first steps: step function compiled again",
+     "RSS growth over each later fit()'s start and first training step (compile() dropped "
+     "the train function)"),
 )
 
 _NAMED_NAMES = {name for _, name, _ in _NAMED_ITEMS}

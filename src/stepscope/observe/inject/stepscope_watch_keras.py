@@ -152,6 +152,20 @@ def mark_rss(rec: Recorder, moment: str) -> None:
         rec.rss_marks[moment] = rss
 
 
+def refit_growth(rec: Recorder) -> None:
+    """A later fit's first training step is done: its RSS growth since the fit began (a train
+    function traced and compiled again, for more trainable weights) is added to fact
+    ``mem.refit_step_bytes``."""
+    start = rec.rss_marks.pop("refit", None)
+    rss = rss_bytes()
+    if start is None or rss is None:
+        return
+    total = rec.rss_marks["refit_total"] = rec.rss_marks.get("refit_total", 0) + max(0, rss - start)
+    rec.fact("mem.refit_step_bytes", total,
+             "watch: RSS growth over each later fit()'s start and first training step (its train "
+             "function compiled again: compile() dropped it), summed")
+
+
 def memory_growth_facts(rec: Recorder, weights: int, optimizer: int) -> None:
     """Name the RSS growth from the import to fit() and over the first training step."""
     marks = rec.rss_marks
@@ -258,9 +272,11 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
                 _strategy_facts(self, rec)
         except Exception as exc:
             rec.note("watch", f"Keras {name}() not instrumented: {type(exc).__name__}: {exc}")
-        _warm_new_functions(self, name, rec)
+        fresh = _warm_new_functions(self, name, rec)
         if name == "fit":
             _fit_trainable(self, initial_epoch, rec)
+            if "train" in fresh and "first_step" in rec.rss_marks:  # a later fit compiles again
+                mark_rss(rec, "refit")
         mark_rss(rec, "fit")
         rec.framework_depth += 1
         try:
@@ -305,9 +321,12 @@ def _fit_trainable(model: Any, initial_epoch: int, rec: Recorder) -> None:
                  "first epoch")
 
 
-def _warm_new_functions(model: Any, name: str, rec: Recorder) -> None:
-    rec.warm_again(tuple(phase for attr, phase in _STEP_FUNCTIONS[name]
-                         if getattr(model, attr, "unknown") is None))
+def _warm_new_functions(model: Any, name: str, rec: Recorder) -> tuple[str, ...]:
+    """The phases whose step function this call makes anew (warmed up again), returned."""
+    fresh = tuple(phase for attr, phase in _STEP_FUNCTIONS[name]
+                  if getattr(model, attr, "unknown") is None)
+    rec.warm_again(fresh)
+    return fresh
 
 
 def _strategy_facts(model: Any, rec: Recorder) -> None:
@@ -480,6 +499,8 @@ def callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
         def _end(self) -> None:
             ph = steps.phase_end()
             if ph is not None and ph.phase == "train":
+                if "refit" in rec.rss_marks and "first_step" in rec.rss_marks:
+                    refit_growth(rec)  # a later fit's epoch of one step
                 mark_rss(rec, "first_step")  # an epoch of one step
             if ph is not None and ph.phase == "train" and rec.once("ledger"):
                 ledger_facts(self.model, rec)
@@ -510,6 +531,8 @@ def callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
             steps.batch_begin(batch)
             if batch > 0 and "first_step" not in rec.rss_marks:
                 mark_rss(rec, "first_step")
+            elif batch > 0 and "refit" in rec.rss_marks:
+                refit_growth(rec)
 
         def on_test_batch_begin(self, batch: int, logs: Any = None) -> None:
             steps.batch_begin(batch)
