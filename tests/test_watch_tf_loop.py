@@ -139,3 +139,20 @@ def test_python_that_holds_the_gil_is_not_advised_parallel_calls(tmp_path: Path,
     else:
         assert "GIL" not in f["fix"] + s["_printed"]
         assert "map(..., num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in f["fix"]
+
+
+@pytest.mark.slow
+def test_training_and_validation_maps_get_their_own_gil_answer(tmp_path: Path) -> None:
+    """One process, two maps: training's Python holds the GIL (``--cpu-clock``), validation's
+    hashing releases it (``--val-gil-free``). The probe's samples are kept per phase kind, so
+    training is told to move its Python into TensorFlow ops and validation parallel calls
+    (with one figure for the process, validation was read as held too)."""
+    s = _watch(tmp_path, "80", "dense", "--cpu-clock", "--val-gil-free", "--val", "12",
+               "--epochs", "1")
+    loader = s["loader"]
+    assert loader["python_gil_held_frac"] >= 0.4, loader
+    assert loader["val_python_gil_held_frac"] <= 0.1, loader
+    fixes = {f["id"]: f["fix"] for f in s["findings"]}
+    assert "which holds the GIL" in fixes["input_bound_train"]
+    assert "GIL" not in fixes["input_bound_val"]
+    assert "map(..., num_parallel_calls=tf.data.AUTOTUNE) (now 1)" in fixes["input_bound_val"]

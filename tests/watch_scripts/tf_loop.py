@@ -17,7 +17,8 @@ stepscope advises). --cpu-clock: LOAD_MS is the loading thread's CPU time (``tim
 a fixed amount of pure-Python work that holds the GIL, as real per-item Python does (the default
 busy-waits on the wall clock, which two threads sharing the GIL both finish on time).
 --gil-free: that CPU time is spent hashing 256 kB buffers (``hashlib`` releases the GIL), as
-NumPy, OpenCV and PIL's decoders do.
+NumPy, OpenCV and PIL's decoders do. --val-gil-free: the validation loader hashes while the
+training loader runs Python (with --cpu-clock): one process, two answers.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ p.add_argument("--iterator-in", type=int, default=0)
 p.add_argument("--parallel", action="store_true")
 p.add_argument("--cpu-clock", action="store_true")
 p.add_argument("--gil-free", action="store_true")
+p.add_argument("--val-gil-free", action="store_true")
 args = p.parse_args()
 SHAPE = (32, 32, 3) if args.model == "conv" else (16,)
 print(f"TRUTH load_ms={args.load_ms} model={args.model} eager={args.eager} "
@@ -55,31 +57,32 @@ print(f"TRUTH load_ms={args.load_ms} model={args.model} eager={args.eager} "
 BUF = os.urandom(1 << 18)
 
 
-def load(i):  # type: ignore[no-untyped-def]
-    clock = time.thread_time if args.cpu_clock or args.gil_free else time.perf_counter
+def load(i, gil_free=args.gil_free):  # type: ignore[no-untyped-def]
+    clock = time.thread_time if args.cpu_clock or gil_free else time.perf_counter
     end = clock() + args.load_ms / 1000.0
     while clock() < end:
-        if args.gil_free:
+        if gil_free:
             hashlib.sha256(BUF).digest()
     rng = np.random.default_rng(int(i))
     return (rng.normal(size=(args.batch, *SHAPE)).astype("float32"),
             rng.integers(0, 2, size=(args.batch, 1)).astype("float32"))
 
 
-def dataset(n: int) -> tf.data.Dataset:
+def dataset(n: int, gil_free: bool = args.gil_free) -> tf.data.Dataset:
     if args.load_ms <= 0:  # instant batches, held in memory and prefetched
         x, y = load(0)
         return tf.data.Dataset.from_tensors((x, y)).repeat(n).prefetch(tf.data.AUTOTUNE)
     parallel = tf.data.AUTOTUNE if args.parallel else None
     ds = tf.data.Dataset.range(n).map(
-        lambda i: tf.numpy_function(load, [i], (tf.float32, tf.float32)),
+        lambda i: tf.numpy_function(lambda j: load(j, gil_free), [i], (tf.float32, tf.float32)),
         num_parallel_calls=parallel)
     ds = ds.map(lambda x, y: (tf.ensure_shape(x, (args.batch, *SHAPE)),
                               tf.ensure_shape(y, (args.batch, 1))))
     return ds.prefetch(tf.data.AUTOTUNE) if args.parallel else ds
 
 
-train_dataset, val_dataset = dataset(args.steps), dataset(args.val)
+train_dataset = dataset(args.steps)
+val_dataset = dataset(args.val, args.gil_free or args.val_gil_free)
 if args.model == "conv":
     layers = [keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
               keras.layers.Conv2D(64, 3, padding="same", activation="relu"),

@@ -323,6 +323,8 @@ LoaderFacts = TypedDict("LoaderFacts", {
     "cache": bool | None, "augments": bool | None, "python_gil_held_frac": float | None,
     "distribute_strategy": str | None, "distribute_replicas": int | None,
     "val": InputFacts | None,
+    # the GIL probe's share held while validation ran (python_gil_held_frac is training's)
+    "val_python_gil_held_frac": float | None,
     # a TensorFlow loop written from scratch: training steps whose gradients ran eagerly
     "tf_eager_train_steps": int | None,
 })

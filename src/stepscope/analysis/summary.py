@@ -312,11 +312,13 @@ def _loader_section(facts: dict[str, Fact]) -> LoaderFacts:
             "distribute_strategy": _fact(facts, "loop.distribute_strategy"),
             "distribute_replicas": _fact(facts, "loop.distribute_replicas"),
             "tf_eager_train_steps": _fact(facts, "loop.tf_eager_train_steps"),
-            **_input_facts(facts, "loader."),
-            "val": _input_facts(facts, "loader.val_") if "loader.val_kind" in facts else None}
+            **_input_facts(facts, "loader.", "train"),
+            "val_python_gil_held_frac": _python_gil_held(facts, "val"),
+            "val": _input_facts(facts, "loader.val_", "val") if "loader.val_kind" in facts
+            else None}
 
 
-def _input_facts(facts: dict[str, Fact], prefix: str) -> InputFacts:
+def _input_facts(facts: dict[str, Fact], prefix: str, phase: str) -> InputFacts:
     """One input's facts (``describe_input``: ``loader.*`` for training, ``loader.val_*``)."""
     return {"kind": _fact(facts, prefix + "kind"), "class": _fact(facts, prefix + "class"),
             "workers": _fact(facts, prefix + "workers"),
@@ -324,19 +326,25 @@ def _input_facts(facts: dict[str, Fact], prefix: str) -> InputFacts:
             "parallel_calls": _fact(facts, prefix + "parallel_calls"),
             "prefetch": _fact(facts, prefix + "prefetch"), "cache": _fact(facts, prefix + "cache"),
             "augments": _fact(facts, prefix + "augments"),
-            "python_gil_held_frac": _python_gil_held(facts)}
+            "python_gil_held_frac": _python_gil_held(facts, phase)}
 
 
 PYTHON_GIL_MIN_SAMPLES = 20
 
 
-def _python_gil_held(facts: dict[str, Fact]) -> float | None:
-    """Share of the GIL probe's samples that found it held (``loop.python_gil``; process-wide,
-    so both inputs'), None under ``PYTHON_GIL_MIN_SAMPLES``."""
+def _python_gil_held(facts: dict[str, Fact], phase: str) -> float | None:
+    """Share of the GIL probe's samples that found it held while ``phase``'s kind was open
+    (``loop.python_gil``'s ``by_phase``; a run recorded before it had one figure for the
+    process), None under ``PYTHON_GIL_MIN_SAMPLES``."""
     found = _fact(facts, "loop.python_gil")
-    if not isinstance(found, dict) or int(found.get("samples") or 0) < PYTHON_GIL_MIN_SAMPLES:
+    if not isinstance(found, dict):
         return None
-    return int(found.get("held") or 0) / int(found["samples"])
+    by = found.get("by_phase")
+    samples, held = (by.get(phase) or [0, 0]) if isinstance(by, dict) \
+        else (found.get("samples"), found.get("held"))
+    if int(samples or 0) < PYTHON_GIL_MIN_SAMPLES:
+        return None
+    return int(held or 0) / int(samples or 1)
 
 
 def _dataset_facts(facts: dict[str, Fact]) -> DatasetFacts:

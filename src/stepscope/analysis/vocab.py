@@ -88,10 +88,13 @@ def vocab(framework: str | None) -> Vocab:
 def phase_input(loader: LoaderFacts | None, phase: str) -> LoaderFacts | None:
     """The loader facts a ``phase``'s advice speaks of: validation's own input where watch
     recorded one (a Keras ``fit`` may validate on a PyDataset while it trains on tf.data)."""
-    val = loader.get("val") if loader is not None and phase == "val" else None
-    if loader is None or not val:
+    if loader is None or phase != "val":
         return loader
-    return cast(LoaderFacts, {**loader, **val})
+    # the GIL figure is measured per phase, whatever the input: validation's own (a summary
+    # written before it was has one figure for the process)
+    own = {"python_gil_held_frac": loader["val_python_gil_held_frac"]} \
+        if "val_python_gil_held_frac" in loader else {}
+    return cast(LoaderFacts, {**loader, **(loader.get("val") or {}), **own})
 
 
 def input_words(facts: LoaderFacts | InputFacts) -> str | None:

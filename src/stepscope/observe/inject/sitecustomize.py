@@ -118,12 +118,15 @@ def _install(fd_text: str | None) -> None:
             rec.fact("loop.python_gil", found,
                      "watch: a probe thread's wake-ups while TensorFlow ran a Python op "
                      "(numpy_function, py_function, from_generator), and how many found the GIL "
-                     "held (late by 1 ms or more, run-queue time taken out)")
+                     "held (late by 1 ms or more, run-queue time taken out), in all and by the "
+                     "phase kind open then")
 
     def tensorflow_hook(module: object) -> None:
         imported("tensorflow")
         stepscope_watch_keras_backends.install_tensorflow()
         rec.at_exit_hooks.append(python_gil_fact)
+        keras_clock.gil_phase_source(  # the newest open phase: validation nests in training
+            lambda: rec.open_phases[-1].phase if rec.open_phases else None)
         # a hand-written loop over tf.data (no fit): steps from what it does
         tf_loop.install(module, rec, recorder.count_images, stepscope_watch_loop,
                         keras_data.input_files, lambda ds: keras_data.classify(ds, {})["workers"],

@@ -49,7 +49,7 @@ import bisect
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 RING_ROWS = 1024  # step ends kept for the loop's read: POLL_S of steps >= 0.5 ms each
 POLL_S = 0.5  # the loop reads the ring at most this often, unless a quarter of it is unread
@@ -422,11 +422,30 @@ def py_busy_now() -> float:
 # loop in a map read late in 88 % of the samples with a tf.function step, 63 % with an eager
 # one (whose thread hands the GIL back between its ops), hashing (GIL-free) in 0-1 %.
 # Sampling stops after GIL_SAMPLES (6 s or more of Python ops): ~0.2-0.6 ms of CPU a sample.
+# Samples are kept per phase kind (the phase open as a sample is taken): a training map of
+# Python and a validation map that hashes are two answers. GIL_SAMPLES a kind; a kind that has
+# them is looked at only every GIL_FULL_S.
 GIL_PROBE_S = 0.02
 GIL_LATE_S = 0.001
 GIL_SAMPLES = 300
-_gil = [0, 0]  # samples taken while a Python op ran throughout, and those that found it held
+GIL_FULL_S = 0.2
+# per phase kind ("" outside any phase): [samples taken while a Python op ran throughout, those
+# that found the GIL held]
+_gil: dict[str, list[int]] = {}
 _gil_probe: list[threading.Thread] = []
+_gil_phase: list[Callable[[], str | None]] = [lambda: None]
+
+
+def gil_phase_source(phase_now: Callable[[], str | None]) -> None:
+    """Where the probe reads the phase kind open now ("train", "val", None)."""
+    _gil_phase[0] = phase_now
+
+
+def _kind_now() -> str:
+    try:
+        return _gil_phase[0]() or ""
+    except Exception:  # the loop's thread changed its phases under us: outside any
+        return ""
 
 
 def _start_gil_probe() -> None:
@@ -456,22 +475,40 @@ def _probe_gil() -> None:
             return 0.0
 
     try:
-        while _gil[0] < GIL_SAMPLES:
+        while True:
+            kind = _kind_now()
+            row = _gil.setdefault(kind, [0, 0])
+            if row[0] >= GIL_SAMPLES:
+                time.sleep(GIL_FULL_S)
+                continue
             if not _py_op_open():
                 time.sleep(GIL_PROBE_S)
                 continue
             q0, t0 = queued(), time.perf_counter()
             time.sleep(GIL_PROBE_S)
             late = time.perf_counter() - t0 - GIL_PROBE_S - (queued() - q0)
-            if _py_op_open():
-                _gil[0] += 1
-                _gil[1] += late >= GIL_LATE_S
+            if _py_op_open() and _kind_now() == kind:
+                row[0] += 1
+                row[1] += late >= GIL_LATE_S
     finally:
         if fd >= 0:
             os.close(fd)
 
 
-def python_gil() -> dict[str, int] | None:
+class GilSamples(TypedDict):
+    """Fact ``loop.python_gil``: the probe's samples and those that found the GIL held."""
+
+    samples: int
+    held: int
+    by_phase: dict[str, list[int]]  # phase kind -> [samples, held]
+
+
+def python_gil() -> GilSamples | None:
     """The probe's samples so far: ``samples`` taken while a Python op ran, ``held`` those that
-    found the GIL held; None when no Python op ran."""
-    return {"samples": _gil[0], "held": _gil[1]} if _gil_probe else None
+    found the GIL held, and ``by_phase`` the same per phase kind ({"train": [samples, held]});
+    None when no Python op ran."""
+    if not _gil_probe:
+        return None
+    rows = {k: list(v) for k, v in list(_gil.items()) if v[0]}
+    return {"samples": sum(v[0] for v in rows.values()),
+            "held": sum(v[1] for v in rows.values()), "by_phase": rows}
