@@ -429,8 +429,8 @@ GIL_PROBE_S = 0.02
 GIL_LATE_S = 0.001
 GIL_SAMPLES = 300
 GIL_FULL_S = 0.2
-# per phase kind ("" outside any phase): [samples taken while a Python op ran throughout, those
-# that found the GIL held]
+# per phase kind: [samples taken while a Python op ran throughout, those that found the GIL
+# held]; none is taken outside a phase
 _gil: dict[str, list[int]] = {}
 _gil_probe: list[threading.Thread] = []
 _gil_phase: list[Callable[[], str | None]] = [lambda: None]
@@ -478,8 +478,8 @@ def _probe_gil() -> None:
         while True:
             kind = _kind_now()
             row = _gil.setdefault(kind, [0, 0])
-            if row[0] >= GIL_SAMPLES:
-                time.sleep(GIL_FULL_S)
+            if row[0] >= GIL_SAMPLES or not kind:  # a full kind, or no phase to give it to
+                time.sleep(GIL_FULL_S if kind else GIL_PROBE_S)
                 continue
             if not _py_op_open():
                 time.sleep(GIL_PROBE_S)
