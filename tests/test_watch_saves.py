@@ -63,6 +63,21 @@ def test_model_checkpoint_saves_are_timed_and_advised_on(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_checkpoints_inside_the_steps_are_the_overhead_named(tmp_path: Path) -> None:
+    """ModelCheckpoint(save_freq=2): a ~250 MB write every second batch, inside the epoch, on
+    the loop's thread. Training is overhead-bound because of the writes: the fix writes less
+    often, not steps_per_execution (which the callbacks' time alone would suggest)."""
+    s, printed = _watch(tmp_path, "--epochs", "3", "--save-freq", "2")
+    agg = s["by_phase"]["train"]
+    assert agg["verdict"] == "overhead-bound", agg
+    assert agg["checkpoint_in_phase_s"] >= 0.5 * agg["other_frac"] * agg["seconds"], agg
+    f = next(f for f in s["findings"] if f["id"] == "overhead_bound_train")
+    assert 'save_freq="epoch"' in f["fix"] and "steps_per_execution" not in f["fix"], f
+    assert "Most of it was checkpoints written inside the steps" in printed
+    assert "end of each epoch the busiest part" not in printed
+
+
+@pytest.mark.slow
 def test_a_best_only_checkpoint_is_not_told_to_save_best_only(tmp_path: Path) -> None:
     s, _ = _watch(tmp_path, "--epochs", "3", "--best-only")
     ck = s["checkpoints"]

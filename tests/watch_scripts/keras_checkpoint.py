@@ -2,6 +2,9 @@
 every epoch's end, as the Keras docs write it, with the script's own clock around it.
 
     python keras_checkpoint.py OUT_DIR [--epochs E] [--best-only] [--weights-only]
+        [--save-freq N]
+
+``--save-freq N``: save every N batches (ModelCheckpoint's ``save_freq``), inside the epoch.
 
 Two callbacks of the script's own sit either side of the ModelCheckpoint in ``callbacks``, which
 Keras calls in order, so the time from the first's ``on_epoch_end`` to the second's is the
@@ -25,6 +28,7 @@ p.add_argument("out")
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--best-only", action="store_true")
 p.add_argument("--weights-only", action="store_true")
+p.add_argument("--save-freq", type=int, default=0)
 args = p.parse_args()
 
 rng = np.random.default_rng(0)
@@ -52,6 +56,7 @@ class After(keras.callbacks.Callback):
 name = "model.weights.h5" if args.weights_only else "model.keras"
 checkpoint = keras.callbacks.ModelCheckpoint(os.path.join(args.out, name), monitor="val_accuracy",
                                              save_best_only=args.best_only, mode="max",
-                                             save_weights_only=args.weights_only)
+                                             save_weights_only=args.weights_only,
+                                             save_freq=args.save_freq or "epoch")
 model.fit(x, y, batch_size=64, epochs=args.epochs, validation_split=0.25, verbose=2,
           callbacks=[Before(), checkpoint, After()])

@@ -152,6 +152,7 @@ class PhaseRow(_PhaseCore, total=False):
     phase the trainer's feature cache served."""
 
     checkpoint_write_s: float | None
+    checkpoint_in_phase_s: float | None  # the part of checkpoint writes inside the phase
     loader_stages: LoaderStages | None
     feature_cache: bool
 
@@ -177,6 +178,7 @@ class _PhaseAggCore(StepSplitFields):
     loader: LoaderRow | None
     predictions: list[PredictionRow]
     capacity_epoch: int
+    checkpoint_in_phase_s: float  # checkpoint writes inside these phases (in their steps)
 
 
 class PhaseAgg(_PhaseAggCore, total=False):

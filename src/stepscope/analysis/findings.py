@@ -220,6 +220,8 @@ def other_bound_finding(agg: PhaseAgg, model: ModelFacts | None = None,
                         words.transfer_fix,
                         f"up to {fmt_ratio(speedup_without(x))} faster if the copy overlaps compute",
                         MEASURE_COMPARE)
+    if v == "overhead-bound" and (ck := _checkpoints_inside(agg, summary)) is not None:
+        return ck
     if v == "overhead-bound":
         o = agg["other_frac"] or 0.0
         spe = keras_steps_per_execution(agg, summary)
@@ -236,6 +238,32 @@ def other_bound_finding(agg: PhaseAgg, model: ModelFacts | None = None,
                         "is the model's own work", [_split_line(agg)],
                         *_compute_fix(model, summary), MEASURE_COMPARE)
     return None
+
+
+def _checkpoints_inside(agg: PhaseAgg, summary: Summary | None) -> Finding | None:
+    """An overhead-bound phase kind whose loop overhead is mostly checkpoint writes made inside
+    its steps (Keras's ModelCheckpoint(save_freq=N batches), a save every N steps): the fix is
+    to write less often, not steps_per_execution or leaner logging."""
+    inside = agg.get("checkpoint_in_phase_s") or 0.0
+    other_s = (agg["other_frac"] or 0.0) * agg["seconds"]
+    if summary is None or inside <= 0 or inside < 0.5 * other_s:
+        return None
+    if framework_of(summary) == KERAS:
+        more = keras_checkpoint_fix((summary.get("checkpoints") or {}).get("keras"), then="")
+        fix = ('ModelCheckpoint(save_freq="epoch") writes between epochs, not inside the '
+               "steps (or a save_freq of many more batches)" + (f"; {more}" if more else ""))
+    else:
+        fix = ("save between epochs, or every many more steps, not inside the steps; "
+               + vocab(PYTORCH).checkpoint_fix)
+    kind = "training" if agg["phase"] == "train" else "validation"
+    return _finding(f"overhead_bound_{agg['phase']}", "medium",
+                    f"{kind.capitalize()} is overhead-bound: checkpoints written inside its "
+                    f"steps took {fmt_s(inside)}, most of its loop overhead",
+                    [_split_line(agg), f"checkpoint writes inside the {kind} phases: "
+                     f"{fmt_s(inside)} of the {fmt_s(other_s)} outside data, copy and compute "
+                     "(timed around each save)"],
+                    fix, f"up to {fmt_ratio(speedup_without(inside / agg['seconds']))} faster "
+                    f"without them", MEASURE_COMPARE)
 
 
 def tf_eager_finding(agg: PhaseAgg, summary: Summary) -> Finding | None:

@@ -159,11 +159,15 @@ def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache,
     ck = cache.get("trainer", "checkpoint_write_s")
     for ph in phases:
         ph["checkpoint_write_s"] = None
+        ph["checkpoint_in_phase_s"] = None
     for t, v in zip(ck.t, ck.v, strict=True):
         owner = None
         for ph in phases:
             if ph["started"] <= t:
                 owner = ph
+            # a write inside the phase (Keras's save_freq in batches) is in its steps' time
+            if (inside := min(t, ph["ended"]) - max(t - v, ph["started"])) > 0:
+                ph["checkpoint_in_phase_s"] = (ph["checkpoint_in_phase_s"] or 0.0) + inside
         if owner is not None:
             owner["checkpoint_write_s"] = (owner["checkpoint_write_s"] or 0.0) + v
     spans = [(ph["started"], ph["ended"]) for ph in phases]
@@ -250,6 +254,7 @@ def aggregate_phase_kind(kind: str, phases: list[PhaseRow],
         "capacity": rep.get("capacity"), "loader": rep.get("loader"),
         "predictions": rep.get("predictions") or [],
         "capacity_epoch": rep["epoch"],
+        "checkpoint_in_phase_s": sum(p.get("checkpoint_in_phase_s") or 0.0 for p in rows),
     }
 
 

@@ -178,17 +178,20 @@ def _tf_data_has(loader: LoaderFacts) -> str:
                                               if len(has) > 1 else has[0])
 
 
-def keras_checkpoint_fix(how: Mapping[str, Any] | None) -> str:
+def keras_checkpoint_fix(how: Mapping[str, Any] | None, then: str | None = None) -> str:
     """ModelCheckpoint's own ways to write less, leaving out those it already uses (``how``:
-    watch's fact, None where no ModelCheckpoint was seen)."""
+    watch's fact, None where no ModelCheckpoint was seen), then ``then`` (default: save every N
+    epochs; "" for nothing more)."""
+    tail = TABLE[KERAS].checkpoint_fix if then is None else then
     ways = [w for w, used in (
         ("save_best_only=True writes only when the monitored figure improves",
          (how or {}).get("save_best_only")),
         ("save_weights_only=True (a .weights.h5 file) leaves out the optimizer's state and "
          "the model's config", (how or {}).get("save_weights_only")))
         if not used]
-    return "ModelCheckpoint(" + "; ".join(ways) + "), or " + vocab(KERAS).checkpoint_fix \
-        if ways else vocab(KERAS).checkpoint_fix
+    if not ways:
+        return tail
+    return "ModelCheckpoint(" + "; ".join(ways) + ")" + (f", or {tail}" if tail else "")
 
 
 def keras_moderate_wait_fix(loader: LoaderFacts | None, phase: str, cores: int) -> str:
