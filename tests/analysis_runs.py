@@ -132,7 +132,9 @@ def make_run(run_dir: Path, run: RunSpec, name: str = "test") -> Path:
                 images=spec.images_per_step, warmup=i < spec.warmup))
         w.add_samples(_samples_for(spec, t, t1, worker_pids, run))
         if spec.checkpoint_s is not None:
-            w.add_samples([Sample(t1 + 0.001, "trainer", "checkpoint_write_s", spec.checkpoint_s)])
+            # at the write's end, as the trainer and watch record it (after the save returns)
+            w.add_samples([Sample(t1 + spec.checkpoint_s, "trainer", "checkpoint_write_s",
+                                  spec.checkpoint_s)])
         t = t1 + (spec.checkpoint_s or 0.0)
     w.add_samples(run.extra_samples)
     for key, value in run.facts.items():

@@ -119,7 +119,7 @@ def headline(s: Summary) -> tuple[str, str] | None:
         text = (f"{kind} was overhead-bound: {fmt_pct(agg['other_frac'])} of every step was loop "
                 "overhead outside data, copy and compute (logging, metrics, syncs).")
         inside = agg.get("checkpoint_in_phase_s") or 0.0
-        if inside and inside >= 0.5 * (agg["other_frac"] or 0.0) * agg["seconds"]:
+        if inside and inside >= 0.5 * (agg["other_frac"] or 0.0) * (agg.get("seconds") or 0.0):
             text += (f" Most of it was checkpoints written inside the steps: {fmt_s(inside)}, "
                      "timed around each save.")
     text += " " + _split_words(agg)
@@ -294,7 +294,8 @@ def cpu_pattern(s: Summary) -> tuple[str, str] | None:
         took = fmt_s(mean_s) if mean_s >= 0.1 else fmt_ms(mean_s)
         text += f" Checkpoints were written {ck['writes']} times, {took} each on average"
         busier = va is not None and (va.get("cpu_util_pct") or 0) > (tr["cpu_util_pct"] or 0) + 5
-        at_end = (ck.get("between_phases_s") or 0.0) >= 0.5 * ck["total_s"]  # not inside steps
+        between = ck.get("between_phases_s")  # None: a summary written before it was measured
+        at_end = between is None or between >= 0.5 * ck["total_s"]  # not inside the steps
         if at_end and (busier or mean_s >= CHECKPOINT_BUSY_S):
             text += ("; validation plus the checkpoint write make the end of each epoch the "
                      "busiest part")

@@ -155,7 +155,8 @@ def _run_section(run: RunInfo, cache: SampleCache) -> RunHeader:
 
 def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache,
                         facts: dict[str, Fact]) -> CheckpointsSection:
-    """Give each checkpoint write to the phase running (or last ended) when it was recorded."""
+    """Give each checkpoint write to the phase running (or last ended) when it began: a write
+    is recorded at its end (after the save returns), lasting its value."""
     ck = cache.get("trainer", "checkpoint_write_s")
     for ph in phases:
         ph["checkpoint_write_s"] = None
@@ -163,7 +164,7 @@ def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache,
     for t, v in zip(ck.t, ck.v, strict=True):
         owner = None
         for ph in phases:
-            if ph["started"] <= t:
+            if ph["started"] <= t - v:
                 owner = ph
             # a write inside the phase (Keras's save_freq in batches) is in its steps' time
             if (inside := min(t, ph["ended"]) - max(t - v, ph["started"])) > 0:
