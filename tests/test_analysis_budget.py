@@ -62,3 +62,12 @@ def test_a_write_counts_only_where_no_phase_covers_it() -> None:
     assert _uncovered(11.0, 14.0, spans) == pytest.approx(2.0)
     assert _uncovered(2.0, 8.0, spans) == pytest.approx(0.0)
     assert _uncovered(15.0, 25.0, spans) == pytest.approx(5.0)
+
+
+def test_a_validation_inside_an_open_training_phase_is_counted_once() -> None:
+    """Lightning's val_check_interval: the training phase stays open around its validations."""
+    s = _summary(phases=[_phase("train", 1010, 1080), _phase("val", 1030, 1035),
+                         _phase("val", 1075, 1080)], checkpoints={"writes": 0})
+    text = budget.answer(s)[1]  # type: ignore[index]
+    assert "60 s in 1 training phase and 10 s in 2 validation phases" in text
+    assert "20 s between the phases and after the last" in text

@@ -23,15 +23,27 @@ def _own(s: Summary) -> list[PhaseRow]:
     return sorted(rows, key=lambda p: p["started"])
 
 
-def _kind(rows: list[PhaseRow], kind: str) -> tuple[str, str] | None:
+def _union(rows: list[PhaseRow]) -> float:
+    """Seconds covered by the phases' spans (Lightning's validation runs inside a training
+    phase that stays open: its time is counted once)."""
+    total, end = 0.0, float("-inf")
+    for p in sorted(rows, key=lambda r: r["started"]):
+        lo, hi = max(p["started"], end), p["ended"]
+        if hi > lo:
+            total += hi - lo
+        end = max(end, hi)
+    return total
+
+
+def _kind(rows: list[PhaseRow], kind: str, seconds: float) -> tuple[str, str] | None:
     """("4.1 s in 3 training phases", "1.7 s of the training"), the second "" under
-    ``SHOWN_MIN_S`` of warm-up; None without such phases."""
+    ``SHOWN_MIN_S`` of warm-up; None without such phases. ``seconds``: the kind's own time."""
     mine = [p for p in rows if p["phase"] == kind]
     if not mine:
         return None
     word = "training" if kind == "train" else "validation"
     warm_s = sum(p.get("warmup_s") or 0.0 for p in mine)
-    return (f"{fmt_s(sum(p['seconds'] for p in mine))} in {fmt_count(len(mine), word + ' phase')}",
+    return (f"{fmt_s(seconds)} in {fmt_count(len(mine), word + ' phase')}",
             f"{fmt_s(warm_s)} of the {word}" if warm_s >= SHOWN_MIN_S else "")
 
 
@@ -45,11 +57,14 @@ def answer(s: Summary) -> tuple[str, str] | None:
     first, last = rows[0]["started"], max(p["ended"] for p in rows)
     before = max(0.0, first - started)
     after = max(0.0, started + seconds - last)
-    between = max(0.0, (last - first) - sum(p["seconds"] for p in rows))
+    covered = _union(rows)
+    between = max(0.0, (last - first) - covered)
+    val_s = _union([p for p in rows if p["phase"] == "val"])
+    train_s = covered - val_s  # a validation inside an open training phase is validation's
     parts = [f"{fmt_s(before)} before the first phase began (the interpreter, imports, "
              "building the model and its input: not split further)"] \
         if before >= SHOWN_MIN_S else []
-    kinds = [k for k in (_kind(rows, "train"), _kind(rows, "val")) if k]
+    kinds = [k for k in (_kind(rows, "train", train_s), _kind(rows, "val", val_s)) if k]
     if kinds:
         parts.append(" and ".join(k[0] for k in kinds))
     outside = between + after

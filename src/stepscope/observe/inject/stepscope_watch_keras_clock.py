@@ -421,10 +421,10 @@ def py_busy_now() -> float:
 # taken out (``/proc/self/task/TID/schedstat``). Late by GIL_LATE_S or more is held: a Python
 # loop in a map read late in 88 % of the samples with a tf.function step, 63 % with an eager
 # one (whose thread hands the GIL back between its ops), hashing (GIL-free) in 0-1 %.
-# Sampling stops after GIL_SAMPLES (6 s or more of Python ops): ~0.2-0.6 ms of CPU a sample.
 # Samples are kept per phase kind (the phase open as a sample is taken): a training map of
-# Python and a validation map that hashes are two answers. GIL_SAMPLES a kind; a kind that has
-# them is looked at only every GIL_FULL_S.
+# Python and a validation map that hashes are two answers. A kind stops at GIL_SAMPLES (6 s or
+# more of its Python ops; ~0.2-0.6 ms of CPU a sample), after which the probe only looks every
+# GIL_FULL_S whether another kind has begun.
 GIL_PROBE_S = 0.02
 GIL_LATE_S = 0.001
 GIL_SAMPLES = 300
