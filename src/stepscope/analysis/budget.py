@@ -79,6 +79,6 @@ def answer(s: Summary) -> tuple[str, str] | None:
     warm = [k[1] for k in kinds if k[1]]
     if warm:
         text += (" Warm-up steps took " + " and ".join(warm) + " (each loop's first steps, "
-                 "where it traces or compiles its step function and starts its loaders; the "
-                 "steady figures leave them out).")
+                 "which the steady figures leave out: where a step function is traced or "
+                 "compiled and loaders start).")
     return "Where the run's time went", text
