@@ -161,7 +161,7 @@ def test_a_resumed_fit_keeps_keras_epoch_numbers(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_second_fit_after_compile_warms_up_again(tmp_path: Path) -> None:
     """The fine-tuning guide's compile() and second fit(): its first step traces a new train
-    function (~0.5 s here against ~5 ms steps; 17 s for MobileNetV2 under XLA), so that phase
+    function (~0.5 s here against ~5 ms steps; 17 s for MobileNetV2's), so that phase
     starts with warm-up steps as the first fit's did, and its steady steps are as the next
     epoch's. Keras prints "Epoch 1/2" again; watch goes on counting."""
     s = _run(tmp_path, "tensorflow", "pydataset", "0", "dense", "--steps", "16", "--refit")

@@ -293,8 +293,9 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
 
 # The step function each call runs, and the phase its steps are recorded in. compile() drops
 # them (a fine-tuning script recompiles after unfreezing its base); the call that makes one again
-# traces it in its first step: ~17 s for MobileNetV2's backward pass under XLA, where its steps
-# took 55 ms, so the new function's first phase starts with warm-up steps, as the first fit's.
+# traces it in its first step: ~17 s for MobileNetV2's backward pass on this CPU (a graph, no
+# XLA: Keras turns it off without an accelerator), where its steps took 55 ms, so the new
+# function's first phase starts with warm-up steps, as the first fit's.
 _STEP_FUNCTIONS = {"fit": (("train_function", "train"), ("test_function", "val")),
                    "evaluate": (("test_function", "val"),),
                    "predict": (("predict_function", "val"),)}
