@@ -10,10 +10,19 @@ the whole run and sees only steps cannot make the numbers add up; this answer do
 
 from __future__ import annotations
 
-from stepscope.analysis.contracts_summary import PhaseRow, Summary
+from stepscope.analysis.contracts_summary import PhaseAgg, PhaseRow, Summary
 from stepscope.analysis.fmt import fmt_count, fmt_s
 
 SHOWN_MIN_S = 0.05  # parts shorter than this are left out of the sentence
+
+
+def checkpoints_in_overhead(agg: PhaseAgg) -> tuple[float, float] | None:
+    """(seconds of checkpoint writes inside the phases' steps, their loop overhead in seconds)
+    where the writes are most of that overhead (Keras's ModelCheckpoint(save_freq=N batches));
+    None otherwise."""
+    inside, seconds = agg.get("checkpoint_in_phase_s") or 0.0, agg.get("seconds") or 0.0
+    other_s = (agg["other_frac"] or 0.0) * seconds
+    return (inside, other_s) if seconds > 0 and inside > 0 and inside >= 0.5 * other_s else None
 
 
 def _own(s: Summary) -> list[PhaseRow]:

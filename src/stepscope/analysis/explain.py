@@ -118,10 +118,9 @@ def headline(s: Summary) -> tuple[str, str] | None:
     else:
         text = (f"{kind} was overhead-bound: {fmt_pct(agg['other_frac'])} of every step was loop "
                 "overhead outside data, copy and compute (logging, metrics, syncs).")
-        inside = agg.get("checkpoint_in_phase_s") or 0.0
-        if inside and inside >= 0.5 * (agg["other_frac"] or 0.0) * (agg.get("seconds") or 0.0):
-            text += (f" Most of it was checkpoints written inside the steps: {fmt_s(inside)}, "
-                     "timed around each save.")
+        if (written := budget.checkpoints_in_overhead(agg)) is not None:
+            text += (f" Most of it was checkpoints written inside the steps: "
+                     f"{fmt_s(written[0])}, timed around each save.")
     text += " " + _split_words(agg)
     text += claim(s, "tf_distribute", _strategy_words(s))
     if agg.get("verdict_weak") and agg.get("verdict_note"):

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 
 from stepscope import policy
-from stepscope.analysis import epoch_one
+from stepscope.analysis import budget, epoch_one
 from stepscope.analysis.contracts import Finding, Severity, by_severity, make_finding
 from stepscope.analysis.contracts_summary import (
     KerasTrainCalls,
@@ -244,10 +244,10 @@ def _checkpoints_inside(agg: PhaseAgg, summary: Summary | None) -> Finding | Non
     """An overhead-bound phase kind whose loop overhead is mostly checkpoint writes made inside
     its steps (Keras's ModelCheckpoint(save_freq=N batches), a save every N steps): the fix is
     to write less often, not steps_per_execution or leaner logging."""
-    inside, seconds = agg.get("checkpoint_in_phase_s") or 0.0, agg.get("seconds") or 0.0
-    other_s = (agg["other_frac"] or 0.0) * seconds
-    if summary is None or inside <= 0 or inside < 0.5 * other_s:
+    written = budget.checkpoints_in_overhead(agg)
+    if summary is None or written is None:
         return None
+    inside, other_s = written
     if framework_of(summary) == KERAS:
         more = keras_checkpoint_fix((summary.get("checkpoints") or {}).get("keras"), then="")
         fix = ('ModelCheckpoint(save_freq="epoch") writes between epochs, not inside the '
@@ -262,7 +262,7 @@ def _checkpoints_inside(agg: PhaseAgg, summary: Summary | None) -> Finding | Non
                     [_split_line(agg), f"checkpoint writes inside the {kind} phases: "
                      f"{fmt_s(inside)} of the {fmt_s(other_s)} outside data, copy and compute "
                      "(timed around each save)"],
-                    fix, f"up to {fmt_ratio(speedup_without(inside / seconds))} faster "
+                    fix, f"up to {fmt_ratio(speedup_without(inside / agg['seconds']))} faster "
                     f"without them", MEASURE_COMPARE)
 
 

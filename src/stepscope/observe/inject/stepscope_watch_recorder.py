@@ -240,12 +240,15 @@ class Recorder:
                 return orig(*args, **kwargs)
             finally:
                 self._saving = False
-                self.send(["M", time.time(), "trainer", "checkpoint_write_s",
-                           time.perf_counter() - t0])
+                self.checkpoint_written(time.time(), time.perf_counter() - t0)
 
         save.__name__, save.__doc__ = orig.__name__, orig.__doc__
         save.__wrapped__ = orig  # type: ignore[attr-defined]
         return save
+
+    def checkpoint_written(self, end: float, seconds: float) -> None:
+        """One checkpoint write that ended at ``end`` (Unix time) after ``seconds``."""
+        self.send(["M", end, "trainer", "checkpoint_write_s", seconds])
 
     # -- phases --------------------------------------------------------------------------------
     def begin_phase(self, phase: str, workers: int | None, t: float, *,
@@ -399,7 +402,7 @@ class Recorder:
         next step's data wait."""
         t = self.clock()
         if self._cb_mark and t > self._cb_mark:
-            self.send(["M", self.unix(t), "trainer", "checkpoint_write_s", t - self._cb_mark])
+            self.checkpoint_written(self.unix(t), t - self._cb_mark)
         self._cb_mark = t
 
     def cb_phase_end(self) -> None:
