@@ -187,3 +187,22 @@ def test_eager_train_step_finding_rests_on_watchs_count() -> None:
     assert f is not None and "@tf.function" in f["fix"] and "48 training steps" in f["evidence"]
     assert tf_eager_finding(agg, {"loader": {"tf_eager_train_steps": None}}) is None  # type: ignore[typeddict-item]
     assert tf_eager_finding(_agg(), s) is None  # input-bound: the input is the limit
+
+
+def test_torch_feature_cache_advice_follows_the_trainable_parameters_read() -> None:
+    """A PyTorch run: the feature cache is advised for a trunk measured frozen (scoped to the
+    epochs before the loop trained it), left out where every parameter trained, and kept
+    conditional where nothing was counted."""
+    from stepscope.analysis.findings import _compute_fix
+
+    model: Any = {"params": 11_177_538, "trainable_params": 1_026,
+                  "trainable_by_fit": [[1, 1_026], [3, 11_177_538]]}
+    fix, _ = _compute_fix(model)
+    assert fix.endswith("or with the trunk frozen (1,026 of 11,177,538 parameters trainable) "
+                        "precompute its features once (epochs 1–2: from epoch 3 the loop trained all "
+                        "11,177,538 parameters, watch: requires_grad at each "
+                        "epoch's first optimizer step)"), fix
+    fix, _ = _compute_fix({**model, "trainable_params": 11_177_538, "trainable_by_fit": None})
+    assert "frozen" not in fix and "features" not in fix
+    fix, _ = _compute_fix({**model, "trainable_params": None, "trainable_by_fit": None})
+    assert fix.endswith("or for a frozen trunk precompute its features once")

@@ -192,7 +192,7 @@ def test_torch_compile_warm_up_is_not_steady(tmp_path: Path) -> None:
 def test_saved_for_backward_measures_the_first_training_forward_only() -> None:
     import torch
 
-    from stepscope.observe.inject import stepscope_watch_torch as hooks
+    from stepscope.observe.inject import stepscope_watch_torch_memory as hooks
 
     class Facts:
         def __init__(self) -> None:
@@ -202,7 +202,7 @@ def test_saved_for_backward_measures_the_first_training_forward_only() -> None:
             self.facts.append((key, value))
 
     rec = Facts()
-    saved = hooks._SavedForBackward(torch, rec)  # type: ignore[arg-type]
+    saved = hooks.SavedForBackward(torch, rec)  # type: ignore[arg-type]
     layer = torch.nn.Linear(256, 256)
     saved.batch_arrived()  # a validation batch: no backward follows, nothing is sent
     with torch.no_grad():
@@ -217,3 +217,30 @@ def test_saved_for_backward_measures_the_first_training_forward_only() -> None:
     saved.batch_arrived()  # later steps run without hooks: nothing is packed any more
     torch.relu(layer(x)).sum().backward()
     assert saved.hooks is None and not saved.seen and len(rec.facts) == 1
+
+
+@pytest.mark.slow
+def test_a_loop_that_unfreezes_its_trunk_is_read_again(tmp_path: Path) -> None:
+    """torchvision's tutorial in two stages: the head alone for 2 epochs, then everything with a
+    new Adam. The ledger holds the unfrozen network's gradients and Adam state (it read the
+    head's 4 kB at the first step and left 38 % unattributed before; the script's imports and
+    data before its loop are an item of their own now), and the feature-cache
+    advice is scoped to the epochs the trunk was frozen."""
+    import torchvision
+
+    reader, summary = _run(tmp_path, "torch_unfreeze.py")
+    assert [(e, p) for e, p, _ in _phases(reader)] == [
+        (e, p) for e in (1, 2, 3, 4) for p in ("train", "val")]
+    assert _verdict(summary) == "compute-bound"
+    params = sum(p.numel() for p in torchvision.models.resnet18(num_classes=2).parameters())
+    ledger = {i["item"]: i["bytes"] for i in summary["memory"]["ledger"]}
+    assert ledger["gradients"] == 4 * params
+    assert ledger["optimizer state"] == pytest.approx(8 * params, rel=0.01)  # exp_avg, exp_avg_sq
+    # the script's tensors (256 images of 3×64×64 float32) exist before its loop
+    assert ledger["the script's objects before its loop"] >= 256 * 3 * 64 * 64 * 4
+    # saved for backward and the step's transient are momentary, the total a sample: the items
+    # may top it a little ("not all live at the peak"), never by more than the target
+    assert abs(summary["memory"]["unattributed_frac"]) <= HOST_UNATTRIBUTED_TARGET_FRAC
+    assert summary["model"]["trainable_by_fit"] == [[1, 1_026], [3, params]]
+    fix = next(f["fix"] for f in summary["findings"] if f["id"] == "compute_bound_train")
+    assert f"(epochs 1–2: from epoch 3 the loop trained all {params:,} parameters" in fix

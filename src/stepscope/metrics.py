@@ -199,6 +199,8 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "mem.first_step_bytes": "process memory after the first step",
     "mem.step_peak_rise_bytes": "rise of memory over a step, at its peak",
     "mem.model_objects_bytes": "bytes of the framework's model objects (watch)",
+    "mem.before_loop_bytes": "PyTorch: RSS growth from the framework import to the loop's first "
+                             "batch, minus the weights (watch)",
     "mem.tf_allocator_peak_bytes": "TensorFlow allocator peak",
     "mem.jax_bytes_in_use": "JAX device memory in use",
     "mem.jax_peak_bytes": "JAX device memory peak in use (memory_stats peak_bytes_in_use)",
@@ -220,8 +222,9 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "loop.keras_callbacks_timed": "watch timed the user's Keras batch callbacks (other_s)",
     "mem.refit_step_bytes": "Keras: RSS growth over each later fit()'s start and first "
                             "training step (its train function compiled again), summed",
-    "model.trainable_by_fit": "Keras: [first epoch, trainable parameters] at each fit() call "
-                              "(sent from the second fit on)",
+    "model.trainable_by_fit": "[first epoch, trainable parameters] at each Keras fit() call "
+                              "(sent from the second fit on), or at each epoch of a PyTorch "
+                              "loop where the count changed",
     "loop.keras_model_checkpoint": "how the ModelCheckpoint given to Model.fit saves "
                                    "({save_best_only, save_weights_only})",
     "loop.keras_gil_wait": "the Keras loop's sleep outside TensorFlow's graph calls is counted "

@@ -283,7 +283,8 @@ class ModelFacts(TypedDict):
     framework: str | None  # the memory ledger's framework fact (mem.framework)
     precision: str | None
     channels_last: bool | None
-    # Keras: [first epoch, trainable parameters] at each fit() (two fits or more: fine-tuning)
+    # [first epoch, trainable parameters] at each Keras fit(), or each PyTorch epoch where the
+    # count changed (two entries or more: fine-tuning, analysis/thaw.py)
     trainable_by_fit: list[list[int]] | None
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from stepscope.analysis import budget, epoch_one
+from stepscope.analysis import budget, epoch_one, thaw
 from stepscope.analysis.contracts_summary import EpochRow, MemorySection, PhaseAgg, Summary
 from stepscope.analysis.epoch_one import COLD_MIN_BYTES, epoch_was_cold
 from stepscope.analysis.evidence import claim, holds
@@ -453,7 +453,7 @@ def what_to_do(s: Summary) -> tuple[str, str] | None:
 
 
 _ANSWERS: tuple[Callable[[Summary], tuple[str, str] | None], ...] = (
-    headline, epoch_one.answer, train_vs_val, stages_answer, workers_answer, cold_vs_warm,
+    headline, epoch_one.answer, thaw.answer, train_vs_val, stages_answer, workers_answer, cold_vs_warm,
     budget.answer, cpu_pattern, gpu_pattern, memory_answer, val_inference, ram_inference, vram_inference, what_to_do,
 )
 

@@ -26,6 +26,7 @@ from stepscope.analysis.contracts_summary import (
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fixes import capacity_fix
 from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
+from stepscope.analysis.thaw import thawed
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
 from stepscope.analysis.vocab import (
     KERAS,
@@ -371,17 +372,16 @@ def keras_callback_finding(agg: PhaseAgg, summary: Summary) -> Finding | None:
                     MEASURE_COMPARE)
 
 
-def _frozen_until(model: ModelFacts) -> str:
-    """Where a later ``fit`` trained the trunk (half the parameters or more trainable): the
-    epochs the frozen-trunk advice is for, in words; "" when every fit kept it frozen."""
-    params, fits = model.get("params"), model.get("trainable_by_fit") or []
-    thawed = next(((e, n) for e, n in fits[1:] if params and n >= 0.5 * params), None)
-    if thawed is None:
-        return ""
-    first = fits[0][0]
-    until = f"epoch {first}" if thawed[0] - 1 == first else f"epochs {first}–{thawed[0] - 1}"
-    return (f" ({until}: from epoch {thawed[0]} a later fit() trained {thawed[1]:,} of the "
-            f"{params:,} parameters, watch: model.trainable_weights at each fit)")
+def _frozen_until(model: ModelFacts, keras: bool) -> str:
+    """The epochs the frozen-trunk advice is for, where a later epoch trained the trunk."""
+    thaw = thawed(model, keras)
+    return thaw.until_words() if thaw else ""
+
+
+def _frozen(model: ModelFacts) -> bool | None:
+    """The trunk frozen at the first training step (under half the parameters trainable)."""
+    params, trainable = model.get("params"), model.get("trainable_params")
+    return None if not params or trainable is None else trainable < 0.5 * params
 
 
 def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
@@ -390,28 +390,32 @@ def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
     model = model or {"name": None, "params": None, "trainable_params": None, "file_bytes": None,
                       "framework": None, "precision": None, "channels_last": None,
                       "trainable_by_fit": None}
+    frozen = _frozen(model)
     if summary is not None and framework_of(summary) == KERAS:
         loader = summary.get("loader") or {}
-        params, trainable = model.get("params"), model.get("trainable_params")
-        frozen = None if not params or trainable is None else trainable < 0.5 * params
         pays = keras_bf16_pays((summary.get("host") or {}).get("bf16"),
                                loader.get("keras_backend"), (summary.get("run") or {}).get("device"))
         mixed = model.get("precision") in ("bf16", "fp16")
         fix = keras_compute_fix(pays, mixed, frozen, loader.get("augments"),
-                                _frozen_until(model) if frozen else "")
+                                _frozen_until(model, keras=True) if frozen else "")
         gain = ("mixed_bfloat16 ran three convolutions 1.9× faster under Keras on TensorFlow on "
                 "a CPU with AMX (bench/keras_bf16.py); depthwise convolutions gained nothing: "
                 "measure it" if pays and not mixed else None)
         return fix, gain
+    # The feature cache only where the trunk was frozen (or its parameters were not counted).
+    trunk = {None: "for a frozen trunk precompute its features once",
+             False: "",
+             True: f"with the trunk frozen ({model.get('trainable_params') or 0:,} of "
+                   f"{model.get('params') or 0:,} parameters trainable) precompute its features "
+                   f"once{_frozen_until(model, keras=False)}"}[frozen]
     tried = [x for x, used in (("bf16 autocast", model.get("precision") == "bf16"),
                                ("channels_last", model.get("channels_last") is True)) if used]
     if not tried:
-        return ("bf16 autocast and channels_last, a larger batch, or for a frozen trunk "
-                "precompute its features once",
+        return ("bf16 autocast and channels_last, a larger batch" + (f", or {trunk}" if trunk else ""),
                 "bf16 measured 2.8× for InceptionResNetV2 on a CPU with AVX-512 BF16")
+    cached = "" if frozen is False else ", or (frozen trunk, no augmentation) cached features"
     return (f"already uses {' and '.join(tried)}: a larger batch, a smaller input size, a "
-            "lighter backbone, or (frozen trunk, no augmentation) cached features; or a GPU",
-            None)
+            f"lighter backbone{cached}; or a GPU", None)
 
 
 def gpu_util_findings(by_phase: dict[str, PhaseAgg]) -> list[Finding]:

@@ -13,11 +13,9 @@ decides steps, phases and epochs from it (see that module for the rules):
   ``Tensor.backward`` calls), and a global forward pre-hook armed only between a batch's arrival
   and the first forward (removed at once, so models run without it the rest of the step).
 - ``Tensor.to``/``Tensor.cuda`` to a non-CPU device during a step: transfer time.
-- at the first optimizer step (inside Lightning's loop too), the memory-ledger facts (weights, gradients, optimizer state) and
-  the step's peak: host VmHWM (reset through ``/proc/self/clear_refs`` at the first batch's
-  arrival) and, on CUDA, the allocator's peak over the same span; and, once, what autograd
-  saved for backward in the first training forward (saved-tensor hooks from the batch's arrival
-  to its backward, :class:`_SavedForBackward`).
+- at the optimizer step, the memory ledger (``stepscope_watch_torch_memory``): weights,
+  gradients, optimizer state and the step's peak, at the first step and again where an epoch
+  trains other parameters.
 - CUDA allocator figures once a second at a step boundary, and CUDA timing events, only once the
   program itself has initialised CUDA (reading them never synchronises and never creates a
   context).
@@ -30,9 +28,14 @@ import importlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:
+    from stepscope.observe.inject import stepscope_watch_torch_memory as memory
+else:  # sitecustomize imports this file from its folder, not as part of stepscope
+    import stepscope_watch_torch_memory as memory
 
 if TYPE_CHECKING:
     from stepscope.observe.inject.stepscope_watch_loop import IterState, LoopTracker
@@ -59,12 +62,13 @@ def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
     setattr(loop_module, "ACTIVE", loop)  # noqa: B010 (a module attribute mypy cannot see)
     rec.at_exit_hooks.append(loop.flush)
     runtime_baseline(rec, "torch")
-    peak = _StepPeak(torch, rec, _SavedForBackward(torch, rec))
+    ledger = memory.TorchLedger(torch, rec)
+    peak = ledger.peak
     rec.train_batch_arrived = peak.batch_arrived  # a framework loop's training batch (Lightning)
     _patch_loader(torch, rec, loop, count_images, loop_module.IterState, peak)
     _patch_module_mode(torch, rec)
     _patch_transfers(torch, rec, loop)
-    _hook_body(torch, rec, loop, peak)
+    _hook_body(torch, rec, loop, ledger)
     rec.periodic.append(lambda: _cuda_memory(torch, rec))
     _hook_cuda_init(torch, rec)
     # checkpoints, written between steps and phases
@@ -76,8 +80,9 @@ def runtime_baseline(rec: Recorder, module: str, above: str = "") -> None:
     """The ledger's framework baseline: RSS once ``module`` finished importing. A framework
     imported on top of torch (Lightning: ~280 MB more RSS) sends it again, naming what it
     ``above``; the store keeps the last one, which covers both."""
-    baseline = _status_bytes("VmRSS")
+    baseline = memory.status_bytes("VmRSS")
     if baseline is not None:
+        rec.rss_marks["import"] = baseline
         rec.fact("mem.runtime_baseline_bytes", baseline,
                  f"watch: the process's RSS when `import {module}` finished (interpreter, "
                  f"{above}{module} and what the script imported before it)")
@@ -108,7 +113,7 @@ def _watching(rec: Recorder) -> bool:
 
 def _patch_loader(torch: ModuleType, rec: Recorder, loop: LoopTracker,
                   count_images: Callable[[Any], int], iter_state: type[IterState],
-                  peak: _StepPeak) -> None:
+                  peak: memory.StepPeak) -> None:
     dl = torch.utils.data.dataloader
     orig_iter = dl.DataLoader.__iter__
     orig_next = dl._BaseDataLoaderIter.__next__
@@ -299,7 +304,10 @@ def _patch_transfers(torch: ModuleType, rec: Recorder, loop: LoopTracker) -> Non
     tensor.cuda = timed(tensor.cuda)
 
 
-def _hook_body(torch: ModuleType, rec: Recorder, loop: LoopTracker, peak: _StepPeak) -> None:
+def _hook_body(torch: ModuleType, rec: Recorder, loop: LoopTracker,
+               ledger: memory.TorchLedger) -> None:
+    peak = ledger.peak
+
     def post_step(opt: Any, args: Any, kwargs: Any) -> None:
         if not rec.owner():
             return
@@ -309,9 +317,7 @@ def _hook_body(torch: ModuleType, rec: Recorder, loop: LoopTracker, peak: _StepP
             loop.body("optimizer", t)
         # The ledger is the model's wherever its loop lives: inside Lightning's (framework_depth
         # > 0) the same torch.optim step is the first moment the optimizer state exists.
-        if rec.once("ledger"):
-            left = _ledger_facts(opt, rec)
-            peak.first_optimizer_step(left)
+        ledger.optimizer_stepped(opt)
 
     # torch.optim.optimizer is loaded by `import torch` but not bound as an attribute.
     importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook(post_step)
@@ -327,160 +333,6 @@ def _hook_body(torch: ModuleType, rec: Recorder, loop: LoopTracker, peak: _StepP
 
     backward.__doc__ = orig_backward.__doc__
     torch.autograd.backward = backward
-
-
-class _SavedForBackward:
-    """Bytes autograd saved for backward in the first training forward, as ``stepscope train``
-    counts them (``train/memory.py``): a pack hook (``saved_tensors_hooks``) notes each saved
-    tensor's storage once by its address; unpack hands the tensor back unchanged. The hooks are
-    pushed at a batch's arrival and popped at its backward; a batch that reaches no backward
-    (validation, a probe) is discarded and the next one measured. After the first backward no
-    hook is pushed again, so the steps after it run exactly as without watch.
-    """
-
-    def __init__(self, torch: ModuleType, rec: Recorder) -> None:
-        self.torch, self.rec = torch, rec
-        self.seen: dict[int, int] = {}
-        self.hooks: Any = None
-        self.done = False
-        self.bytes: int | None = None
-
-    def _pack(self, t: Any) -> Any:
-        with contextlib.suppress(Exception):  # a tensor without storage (sparse, nested...)
-            storage = t.untyped_storage()
-            self.seen[int(storage.data_ptr())] = int(storage.nbytes())
-        return t
-
-    def batch_arrived(self) -> None:
-        if self.done:
-            return
-        self._pop()  # the previous batch reached no backward: it was no training step
-        self.seen = {}
-        try:
-            hooks = self.torch.autograd.graph.saved_tensors_hooks(self._pack, _unchanged)
-            hooks.__enter__()
-        except Exception:  # hooks disabled (functorch, FSDP) or another torch: not measured
-            self.done = True
-            return
-        self.hooks = hooks
-
-    def backward(self) -> None:
-        """The first training forward ended (its backward starts now): send what it saved."""
-        if self.done or self.hooks is None:
-            return
-        self._pop()
-        self.done = True
-        self.bytes = sum(self.seen.values())
-        self.seen = {}
-        self.rec.fact("mem.activations_peak_bytes", self.bytes,
-                      "watch: saved for backward: storages autograd saved in the first training "
-                      "forward (saved-tensor hooks from its batch's arrival to its backward)")
-
-    def _pop(self) -> None:
-        hooks, self.hooks = self.hooks, None
-        if hooks is not None:
-            with contextlib.suppress(Exception):
-                hooks.__exit__(None, None, None)
-
-
-def _unchanged(t: Any) -> Any:
-    return t
-
-
-class _StepPeak:
-    """The first training step's memory peak, measured, for the ledger's transient item.
-
-    Host: ``/proc/self/clear_refs`` ``5`` resets VmHWM to the current RSS at each batch's arrival
-    until the first optimizer step (a single syscall); VmHWM at the first optimizer step is the step's peak. CUDA: the allocator's peak
-    is reset at the same moment (only when the program already uses CUDA).
-    """
-
-    def __init__(self, torch: ModuleType, rec: Recorder, saved: _SavedForBackward) -> None:
-        self.torch, self.rec, self.saved = torch, rec, saved
-        self.rss_before: int | None = None
-        self.cuda_before: int | None = None
-        self.done = False
-
-    def batch_arrived(self) -> None:
-        # Until the first optimizer step every batch may be the first training step's.
-        self.saved.batch_arrived()
-        if self.done:
-            return
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            self.rss_before = _status_bytes("VmRSS")
-        except OSError:
-            self.rss_before = None
-        cuda = self.torch.cuda
-        if cuda.is_initialized():
-            cuda.reset_peak_memory_stats()
-            self.cuda_before = int(cuda.memory_allocated())
-
-    def first_optimizer_step(self, left_bytes: int) -> None:
-        """``left_bytes``: gradients + optimizer state, which the step leaves allocated."""
-        self.done = True
-        self.saved.backward()  # no torch.autograd.backward seen (torch.autograd.grad): now
-        hwm = _status_bytes("VmHWM") if self.rss_before is not None else None
-        if hwm is not None and self.rss_before is not None:
-            rise = max(hwm - self.rss_before, 0)
-            self.rec.fact("mem.step_peak_rise_bytes", rise,
-                          "watch: VmHWM during the first training step (reset through "
-                          "/proc/self/clear_refs at its batch's arrival) − VmRSS then")
-            if not self.torch.cuda.is_initialized():  # on a GPU the activations are not here
-                saved = self.saved.bytes or 0
-                self.rec.fact("mem.forward_transient_bytes", max(rise - left_bytes - saved, 0),
-                              "watch: first training step's VmHWM rise − saved for backward − "
-                              "gradients − optimizer state")
-        if self.cuda_before is not None:
-            peak = int(self.torch.cuda.max_memory_allocated()) - self.cuda_before
-            self.rec.fact("mem.cuda_step_peak_bytes", peak,
-                          "watch: allocator peak during the first training step above what was "
-                          "allocated at its batch's arrival")
-
-
-def _status_bytes(key: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _tensor_bytes(tensors: Iterable[Any]) -> int:
-    return sum(int(t.numel()) * int(t.element_size()) for t in tensors)
-
-
-def _ledger_facts(opt: Any, rec: Recorder) -> int:
-    """Weights, gradients and optimizer state at the first optimizer step (state exists now)."""
-    params: dict[int, Any] = {}
-    buffers: dict[int, Any] = {}
-    for module in list(rec.roots):
-        params.update((id(p), p) for p in module.parameters())
-        buffers.update((id(b), b) for b in module.buffers())
-    params.update((id(p), p) for g in opt.param_groups for p in g["params"])
-    weights = [*params.values(), *buffers.values()]
-    params_list = list(params.values())
-    trainable = [p for p in params_list if p.requires_grad]
-    grads = [p.grad for p in trainable if p.grad is not None]
-    state = [v for s in opt.state.values() if isinstance(s, dict) for v in s.values()
-             if hasattr(v, "element_size")]
-    source = ("parameters and buffers of the modules put in train/eval mode (or fit by "
-              "Lightning's Trainer), plus the optimizer's parameters" if rec.roots else
-              "the optimizer's parameters only (no module was put in train/eval mode)")
-    rec.fact("mem.weights_bytes", _tensor_bytes(weights), f"watch: {source}")
-    rec.fact("mem.gradients_bytes", _tensor_bytes(grads),
-             "watch: .grad of trainable parameters at the first optimizer step")
-    rec.fact("mem.optimizer_bytes", _tensor_bytes(state),
-             "watch: optimizer state tensors after the first optimizer step")
-    rec.fact("model.params", sum(int(p.numel()) for p in params_list), f"watch: {source}")
-    rec.fact("model.trainable_params", sum(int(p.numel()) for p in trainable),
-             f"watch: {source}, requires_grad")
-    rec.channel.flush()
-    return _tensor_bytes(grads) + _tensor_bytes(state)
 
 
 def _hook_cuda_init(torch: ModuleType, rec: Recorder, nvml: Any = None) -> None:
