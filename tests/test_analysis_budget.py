@@ -71,3 +71,18 @@ def test_a_validation_inside_an_open_training_phase_is_counted_once() -> None:
     text = budget.answer(s)[1]  # type: ignore[index]
     assert "60 s in 1 training phase and 10 s in 2 validation phases" in text
     assert "20 s between the phases and after the last" in text
+
+
+def test_the_start_is_split_where_the_framework_import_finished() -> None:
+    """watch's import hook timed `import torch` (and Keras's backend inside `import keras`): the
+    10 s before the first phase split there, at the last such import before it."""
+    run = {"started": 1000.0, "seconds": 100.0, "rank": None,
+           "imports_done": {"tensorflow": 1003.0, "keras": 1003.5, "jax": 1095.0}}
+    text = budget.answer(_summary(run=run))[1]  # type: ignore[index]
+    assert ("10 s before the first phase began (3.5 s until `import keras` finished, as "
+            "watch's import hook timed it: the interpreter and the imports up to it; 6.5 s "
+            "after it: the script's other imports, building the model and its input)") in text
+    # no import timed before the first phase (an older run, or none hooked): not split
+    for done in (None, {"jax": 1095.0}):
+        text = budget.answer(_summary(run={**run, "imports_done": done}))[1]  # type: ignore[index]
+        assert "not split further" in text and "import" in text and "`import" not in text

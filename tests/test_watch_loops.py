@@ -244,3 +244,21 @@ def test_a_loop_that_unfreezes_its_trunk_is_read_again(tmp_path: Path) -> None:
     assert summary["model"]["trainable_by_fit"] == [[1, 1_026], [3, params]]
     fix = next(f["fix"] for f in summary["findings"] if f["id"] == "compute_bound_train")
     assert f"(epochs 1–2: from epoch 3 the loop trained all {params:,} parameters" in fix
+
+
+def test_the_time_before_the_loop_is_split_at_the_framework_import(tmp_path: Path) -> None:
+    """Planted: 1.0 s asleep before `import torch`, 1.5 s after it. The budget's start is split
+    where watch's import hook saw the import finish: at least the planted second before (plus
+    the interpreter and torch's import), at least the planted 1.5 s after."""
+    import re
+
+    from stepscope.analysis import budget
+
+    _, summary = _run(tmp_path, "torch_late_start.py")
+    got = budget.answer(summary)  # type: ignore[arg-type]
+    assert got is not None
+    found = re.search(r"\((\d+(?:\.\d+)?) s until `import torch` finished, .*?; "
+                      r"(\d+(?:\.\d+)?) s after it", got[1])
+    assert found, got[1]
+    before, after = float(found[1]), float(found[2])
+    assert 1.0 <= before < 1.0 + 20 and 1.5 <= after < 1.5 + 1.5, got[1]

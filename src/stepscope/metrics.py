@@ -207,6 +207,7 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "mem.tf_gpu_peak_bytes": "TensorFlow GPU allocator peak (get_memory_info peak)",
     "mem.framework": "torch, tensorflow or jax (watch: what the child imported)",
     "env.cpu_count": "CPUs this process may run on (affinity)",
+    "run.imports_done": "watch: Unix time each framework's import finished, by framework",
     "env.cpu_quota_cores": "cgroup CPU quota in cores (null = none)",
     "env.bf16": "native bf16 on the device",
     "env.cpu_bf16": "native bf16 on this CPU (/proc/cpuinfo flags)",

@@ -10,7 +10,7 @@ the whole run and sees only steps cannot make the numbers add up; this answer do
 
 from __future__ import annotations
 
-from stepscope.analysis.contracts_summary import PhaseAgg, PhaseRow, Summary
+from stepscope.analysis.contracts_summary import PhaseAgg, PhaseRow, RunHeader, Summary
 from stepscope.analysis.fmt import fmt_count, fmt_s
 
 SHOWN_MIN_S = 0.05  # parts shorter than this are left out of the sentence
@@ -56,6 +56,20 @@ def _kind(rows: list[PhaseRow], kind: str, seconds: float) -> tuple[str, str] | 
             f"{fmt_s(warm_s)} of the {word}" if warm_s >= SHOWN_MIN_S else "")
 
 
+def _before_words(run: RunHeader, first: float) -> str:
+    """The time before the first phase, split where watch saw the framework's import finish:
+    the last such import before the phase (Keras imports its backend inside its own)."""
+    started = run["started"]
+    done = [(t, name) for name, t in (run.get("imports_done") or {}).items()
+            if started <= t <= first]
+    if not done:
+        return "the interpreter, imports, building the model and its input: not split further"
+    t, name = max(done)
+    return (f"{fmt_s(t - started)} until `import {name}` finished, as watch's import hook "
+            f"timed it: the interpreter and the imports up to it; {fmt_s(first - t)} after it: "
+            "the script's other imports, building the model and its input")
+
+
 def answer(s: Summary) -> tuple[str, str] | None:
     """"Where the run's time went", or None without a run length or any phase."""
     run = s.get("run") or {}
@@ -70,8 +84,7 @@ def answer(s: Summary) -> tuple[str, str] | None:
     between = max(0.0, (last - first) - covered)
     val_s = _union([p for p in rows if p["phase"] == "val"])
     train_s = covered - val_s  # a validation inside an open training phase is validation's
-    parts = [f"{fmt_s(before)} before the first phase began (the interpreter, imports, "
-             "building the model and its input: not split further)"] \
+    parts = [f"{fmt_s(before)} before the first phase began ({_before_words(run, first)})"] \
         if before >= SHOWN_MIN_S else []
     kinds = [k for k in (_kind(rows, "train", train_s), _kind(rows, "val", val_s)) if k]
     if kinds:

@@ -204,6 +204,7 @@ class RunHeader(TypedDict):
     exit_code: int | None
     augment: str | None  # the trainer's augmentation; None for other loops
     augmented: bool | None  # None where the config does not say (a watched script)
+    imports_done: dict[str, float] | None  # watch: framework → Unix time its import finished
 
 
 class PoolInfo(TypedDict):

@@ -135,7 +135,7 @@ def _mark_unclocked(summary: Summary, facts: dict[str, Fact]) -> None:
             row["verdict_weak"], row["verdict_note"] = True, UNCLOCKED_NOTE
 
 
-def _run_section(run: RunInfo, cache: SampleCache) -> RunHeader:
+def _run_section(run: RunInfo, cache: SampleCache, facts: dict[str, Fact]) -> RunHeader:
     ended = run.ended
     if ended is None:
         rng = cache.get("host", "cpu_util_pct")
@@ -150,6 +150,7 @@ def _run_section(run: RunInfo, cache: SampleCache) -> RunHeader:
         # Known only where the config says (a watched script's augmentation is not known).
         "augmented": None if run.config.get("augment") is None
         else run.config.get("augment") != "none",
+        "imports_done": _fact(facts, "run.imports_done"),
     }
 
 
@@ -427,7 +428,7 @@ def build_summary(reader: RunReader) -> Summary:
         p["loader_stages"] = stage_fields(f.value if f else None, p.get("seconds"))
     checkpoints = _assign_checkpoints(phases, cache, facts)
     cores = _cores(facts, cache)
-    run_section = _run_section(run, cache)
+    run_section = _run_section(run, cache, facts)
     memory, host_memory = _memory(cache, reader, main_pid, gpu, facts, is_gpu_run)
     notes = [f"{n.source}: {n.text}" for n in reader.notes()]
     if not any(p["steps"] for p in phases):

@@ -73,8 +73,14 @@ def _install(fd_text: str | None) -> None:
     def on_error(name: str, exc: BaseException) -> None:
         rec.note("watch", f"hooks for {name} not installed: {type(exc).__name__}: {exc}")
 
+    imports_done: dict[str, float] = {}
+
     def imported(name: str) -> None:
         rec.send(["I", name], urgent=True)
+        # when the import finished: the time before the first phase is split at it
+        imports_done.setdefault(name, rec.unix(rec.clock()))
+        rec.fact("run.imports_done", imports_done, "watch: Unix time each framework's import "
+                 "finished in the watched process (its import hook)")
 
     loops: list[object] = []
 
