@@ -111,3 +111,19 @@ def test_lightning_model_checkpoint_writes_are_timed_whole(tmp_path: Path) -> No
     ck = s["checkpoints"]
     assert ck["writes"] == 2 and ck["total_s"] > 0, ck
     assert ck["total_s"] < s["run"]["seconds"], ck
+
+
+@pytest.mark.slow
+def test_hf_trainer_checkpoints_are_timed_whole_without_its_callback(tmp_path: Path) -> None:
+    """A Trainer watched with no stepscope code: each checkpoint (the model's safetensors, the
+    optimizer's, scheduler's and RNG states' torch.save) is one write, timed as the script's own
+    clock around ``Trainer._save_checkpoint`` timed it. Before, the safetensors write went
+    untimed and each small torch.save counted as a checkpoint of its own."""
+    s, printed = _watch(tmp_path, "--epochs", "2",
+                        script=SCRIPTS / "hf_trainer_checkpoint.py")
+    truth = _truth(printed)
+    assert sorted(truth) == [1, 2], printed[-2000:]
+    ck = s["checkpoints"]
+    assert ck["writes"] == 2, ck
+    assert ck["total_s"] == pytest.approx(sum(truth.values()), rel=0.3, abs=0.03), (ck, truth)
+    assert s["by_phase"]["train"]["verdict"] == "input-bound"

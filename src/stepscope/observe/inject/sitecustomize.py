@@ -148,6 +148,18 @@ def _install(fd_text: str | None) -> None:
         stepscope_watch_torch.runtime_baseline(
             rec, getattr(module, "__name__", "lightning.pytorch"), "torch, ")
 
+    def hf_trainer_hook(module: object) -> None:
+        # One checkpoint, one write: the model's safetensors and the optimizer's, scheduler's and
+        # RNG states' torch.save calls inside it are part of it (timed_save nests).
+        trainer = getattr(module, "Trainer", None)
+        if (save := getattr(trainer, "_save_checkpoint", None)) is not None:
+            trainer._save_checkpoint = rec.timed_save(save)  # type: ignore[union-attr]
+
+    def safetensors_hook(module: object) -> None:
+        for name in ("save_file", "save_model"):  # a script's own safetensors checkpoints
+            if (save := getattr(module, name, None)) is not None:
+                setattr(module, name, rec.timed_save(save))
+
     hooks = {
         "torch": torch_hook,
         "keras": keras_hook,
@@ -158,6 +170,8 @@ def _install(fd_text: str | None) -> None:
         "lightning.pytorch": lightning_hook,
         "pytorch_lightning": lightning_hook,
         "accelerate.data_loader": accelerate_hook,
+        "transformers.trainer": hf_trainer_hook,
+        "safetensors.torch": safetensors_hook,
         "subprocess": lambda m: stepscope_watch_dist.report_child_exits(m, rec),
         "tensorflow": tensorflow_hook,
         "jax": lambda m: imported("jax"),
