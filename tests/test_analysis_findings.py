@@ -206,3 +206,24 @@ def test_torch_feature_cache_advice_follows_the_trainable_parameters_read() -> N
     assert "frozen" not in fix and "features" not in fix
     fix, _ = _compute_fix({**model, "trainable_params": None, "trainable_by_fit": None})
     assert fix.endswith("or for a frozen trunk precompute its features once")
+
+
+def test_a_hugging_face_trainer_is_advised_in_training_arguments() -> None:
+    """loop.framework "transformers" (watch saw Trainer.train, or stepscope.hf.Callback): the
+    Trainer builds its DataLoaders, precision and checkpoints from TrainingArguments, so its
+    fixes name those; without that fact the same run is advised in torch's words."""
+    from stepscope.analysis.findings import _compute_fix, checkpoint_findings
+
+    hf: Any = {"loader": {"framework": "transformers"}, "run": {"seconds": 10.0},
+               "checkpoints": {"writes": 2, "total_s": 2.0, "max_s": 1.1}}
+    f = input_finding(_agg(), cores=2, summary=hf)
+    assert f is not None
+    assert f["fix"].startswith("raise TrainingArguments(dataloader_num_workers=0 → 2) (and "
+                               "dataloader_prefetch_factor)"), f["fix"]
+    assert "TrainingArguments(save_strategy=" in checkpoint_findings(hf)[0]["fix"]
+    assert _compute_fix({"precision": None}, hf)[0].startswith("TrainingArguments(bf16=True)")
+    torch: Any = {**hf, "loader": {"framework": None}}
+    f = input_finding(_agg(), cores=2, summary=torch)
+    assert f is not None and f["fix"].startswith("raise DataLoader workers 0 → 2")
+    assert "TrainingArguments" not in checkpoint_findings(torch)[0]["fix"]
+    assert "TrainingArguments" not in _compute_fix({"precision": None}, torch)[0]

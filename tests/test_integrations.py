@@ -79,6 +79,9 @@ def test_hf_callback(tmp_path: Path) -> None:
     summary = _run_example("hf_callback.py", tmp_path / "run", "--epochs", "2")
     _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:hf",
                        run_dir=tmp_path / "run")
+    # the Trainer builds its DataLoaders from TrainingArguments: the fix names those
+    fix = next(f["fix"] for f in summary["findings"] if f["id"] == "input_bound_train")
+    assert "TrainingArguments(dataloader_num_workers=" in fix and "DataLoader(" not in fix, fix
 
 
 @pytest.mark.slow

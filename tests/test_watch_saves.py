@@ -118,7 +118,8 @@ def test_hf_trainer_checkpoints_are_timed_whole_without_its_callback(tmp_path: P
     """A Trainer watched with no stepscope code: each checkpoint (the model's safetensors, the
     optimizer's, scheduler's and RNG states' torch.save) is one write, timed as the script's own
     clock around ``Trainer._save_checkpoint`` timed it. Before, the safetensors write went
-    untimed and each small torch.save counted as a checkpoint of its own."""
+    untimed and each small torch.save counted as a checkpoint of its own. And its advice names
+    TrainingArguments, through which the Trainer builds its DataLoaders."""
     s, printed = _watch(tmp_path, "--epochs", "2",
                         script=SCRIPTS / "hf_trainer_checkpoint.py")
     truth = _truth(printed)
@@ -127,3 +128,7 @@ def test_hf_trainer_checkpoints_are_timed_whole_without_its_callback(tmp_path: P
     assert ck["writes"] == 2, ck
     assert ck["total_s"] == pytest.approx(sum(truth.values()), rel=0.3, abs=0.03), (ck, truth)
     assert s["by_phase"]["train"]["verdict"] == "input-bound"
+    assert s["loader"]["framework"] == "transformers"
+    fix = next(f["fix"] for f in s["findings"] if f["id"] == "input_bound_train")
+    assert "TrainingArguments(dataloader_num_workers=" in fix and "DataLoader(" not in fix, fix
+    assert "too few DataLoader workers (TrainingArguments' dataloader_num_workers)" in printed

@@ -160,6 +160,9 @@ def _callback_class() -> type:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if state.is_world_process_zero and self.owner.begin():
                 self._wraps.install()
+                # its fixes name TrainingArguments (analysis/vocab.py)
+                ACTIVE.fact("loop.framework", "transformers", "stepscope.hf.Callback in "
+                            "Trainer.train")
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self._wraps.remove()

@@ -58,8 +58,6 @@ _CAUSE_WORDS = {
     "cpu": "the CPU preparing batches{prep} could not keep up: the cores this job may use were "
            "all taken, so more workers cannot help",
     "storage": "the loader waited on the disk",
-    "workers": "the job had cores to spare yet the loop waited: too few DataLoader workers (or "
-               "workers started again every phase)",
     "main-process": "the training process itself did the loader's per-batch work (collate, "
                     "pin-memory) while the loop waited",
 }
@@ -83,6 +81,8 @@ def _cause_words(s: Summary, cause: str, agg: PhaseAgg | None = None) -> str:
         phase = agg["phase"] if agg is not None else "train"
         cores = (s.get("host") or {}).get("cores")
         return keras_workers_spare(phase_input(s.get("loader"), phase), phase, int(cores or 2))
+    if cause == "workers":
+        return vocab(framework_of(s)).workers_cause
     return _CAUSE_WORDS.get(cause, cause)
 
 

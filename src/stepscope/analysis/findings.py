@@ -29,8 +29,8 @@ from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
 from stepscope.analysis.thaw import thawed
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
 from stepscope.analysis.vocab import (
+    HF,
     KERAS,
-    PYTORCH,
     framework_of,
     keras_bf16_pays,
     keras_checkpoint_fix,
@@ -119,8 +119,9 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
                 if python_gil_held(loader) is not None:
                     change = f"the map's Python out of the GIL, {t} parallel calls"
             return keras_workers_fix(loader, w, t, agg["phase"]), change, (w, t, makers)
-        return (f"raise DataLoader workers {w} → {t} (and prefetch_factor) so batches are ready "
-                "when the step asks", f"workers {w} → {t}", (w, t, "workers"))
+        words = vocab(framework_of(summary or {}))
+        return (f"{words.more_workers.format(w=w, t=t)} so batches are ready when the step "
+                "asks", f"workers {w} → {t}", (w, t, "workers"))
     if keras and loader is not None:
         return keras_cpu_fix(loader, agg["phase"]), (
             "decode once" if agg["phase"] == "val" else "cheaper augmentation"), None
@@ -189,7 +190,8 @@ def input_finding(agg: PhaseAgg, cores: float | None,
                 f"(step {fmt_ms(_s(step))} → {fmt_ms(_s(new_step))}{why})")
     # The capacity model prices DataLoader changes; a Keras run keeps its own fix and the
     # split-based estimate (Keras's torch backend runs a DataLoader the script never sees).
-    priced = None if framework_of(summary or {}) == KERAS else capacity_fix(agg)
+    framework = framework_of(summary or {})
+    priced = None if framework == KERAS else capacity_fix(agg, vocab(framework))
     if priced is not None:
         fix, expected = priced
     gil = _processes_prediction(agg) if change == "use_multiprocessing=True" else None
@@ -255,7 +257,7 @@ def _checkpoints_inside(agg: PhaseAgg, summary: Summary | None) -> Finding | Non
                "steps (or a save_freq of many more batches)" + (f"; {more}" if more else ""))
     else:
         fix = ("save between epochs, or every many more steps, not inside the steps; "
-               + vocab(PYTORCH).checkpoint_fix)
+               + vocab(framework_of(summary)).checkpoint_fix)
     kind = "training" if agg["phase"] == "train" else "validation"
     return _finding(f"overhead_bound_{agg['phase']}", "medium",
                     f"{kind.capitalize()} is overhead-bound: checkpoints written inside its "
@@ -411,7 +413,10 @@ def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
     tried = [x for x, used in (("bf16 autocast", model.get("precision") == "bf16"),
                                ("channels_last", model.get("channels_last") is True)) if used]
     if not tried:
-        return ("bf16 autocast and channels_last, a larger batch" + (f", or {trunk}" if trunk else ""),
+        lead = ("TrainingArguments(bf16=True), a larger per_device_train_batch_size"
+                if summary is not None and framework_of(summary) == HF
+                else "bf16 autocast and channels_last, a larger batch")
+        return (lead + (f", or {trunk}" if trunk else ""),
                 "bf16 measured 2.8× for InceptionResNetV2 on a CPU with AVX-512 BF16")
     cached = "" if frozen is False else ", or (frozen trunk, no augmentation) cached features"
     return (f"already uses {' and '.join(tried)}: a larger batch, a smaller input size, a "
@@ -517,7 +522,8 @@ def checkpoint_findings(summary: Summary) -> list[Finding]:
                      [f"{ck['writes']} writes, {fmt_s(ck['total_s'])} in all, "
                       f"longest {fmt_s(ck['max_s'])}"],
                      keras_checkpoint_fix(ck.get("keras")) if framework_of(summary) == KERAS
-                     else vocab(PYTORCH).checkpoint_fix, f"up to {fmt_pct(frac)} of the run",
+                     else vocab(framework_of(summary)).checkpoint_fix,
+                     f"up to {fmt_pct(frac)} of the run",
                      MEASURE_COMPARE)]
 
 

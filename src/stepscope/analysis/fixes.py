@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from stepscope.analysis.contracts_summary import LoaderRow, PhaseAgg, PredictionRow
 from stepscope.analysis.fmt import fmt_ratio
+from stepscope.analysis.vocab import PYTORCH, TABLE, Vocab
 
 STAGE_WORDS = {"read": "reading the file", "decode": "decoding",
                "transform": "transforming/augmenting",
@@ -31,14 +32,15 @@ def _sureness(agg: PhaseAgg) -> str:
     return "a model from this run's stage timing: measure it with `stepscope compare`"
 
 
-def _workers_words(agg: PhaseAgg, n: int) -> str:
+def _workers_words(agg: PhaseAgg, n: int, words: Vocab) -> str:
     if agg.get("run_kind") == "train":
         return f"rerun `stepscope train` with --workers {n}"
-    return f"DataLoader(..., num_workers={n})"
+    return words.workers_change.format(n=n)
 
 
-def capacity_fix(agg: PhaseAgg) -> tuple[str, str] | None:
-    """(fix, expected gain) from the capacities, or None when the run has no stage timing."""
+def capacity_fix(agg: PhaseAgg, words: Vocab = TABLE[PYTORCH]) -> tuple[str, str] | None:
+    """(fix, expected gain) from the capacities, or None when the run has no stage timing;
+    ``words``: the loop's framework's (a Hugging Face Trainer's loader is TrainingArguments')."""
     cap, loader = agg.get("capacity"), agg.get("loader")
     cause = agg.get("input_cause")
     if not cap or not loader or cause is None:
@@ -47,12 +49,12 @@ def capacity_fix(agg: PhaseAgg) -> tuple[str, str] | None:
     evidence = " ".join(agg.get("input_evidence") or [])
     persistent = _pred(agg, "persistent_workers")
     if cause == "workers" and persistent is not None and "non-persistent" in evidence:
-        return ("keep the workers alive between phases: DataLoader(..., persistent_workers=True) "
+        return (f"keep the workers alive between phases: {words.persistent_change} "
                 "(they are started again at every epoch and validation today)",
                 _gain(persistent, sure))
     more = _pred(agg, "num_workers")
     if cause == "workers" and more is not None:
-        return (f"{_workers_words(agg, int(more['workers']))} (from {loader['workers']}): the "
+        return (f"{_workers_words(agg, int(more['workers']), words)} (from {loader['workers']}): the "
                 "job has spare cores and the loaders cannot keep up", _gain(more, sure))
     if cause == "main-process" and "workers busy" in evidence:
         return ("not more workers (they are idle): the training process itself is slow to take "
@@ -64,10 +66,10 @@ def capacity_fix(agg: PhaseAgg) -> tuple[str, str] | None:
                 "drop pin_memory if the copy is not asynchronous", _cheapest(agg, "collate", sure))
     if cause == "cpu":
         stage = _costliest_stage(loader)
-        words = STAGE_WORDS.get(stage or "", "loading")
+        costly = STAGE_WORDS.get(stage or "", "loading")
         return (f"the cores this job can get ({cap.get('obtainable_cores') or 0:.1f} of its "
                 f"{cap.get('job_cores') or '?'}) are taken; more workers would not help. Make "
-                f"each image cheaper: {words} costs the most per image (cheaper augmentation, "
+                f"each image cheaper: {costly} costs the most per image (cheaper augmentation, "
                 "augment on the GPU, cache decoded resized images)",
                 _cheapest(agg, stage or "transform", sure))
     if cause == "storage":

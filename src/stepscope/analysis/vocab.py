@@ -18,6 +18,9 @@ from stepscope.analysis.contracts_summary import InputFacts, LoaderFacts
 
 PYTORCH = "pytorch"
 KERAS = "keras"
+# Hugging Face's Trainer: a PyTorch loop whose DataLoaders, precision and checkpoints are set
+# through TrainingArguments, so its fixes name those arguments.
+HF = "transformers"
 # Words a Keras run's explanation, report and findings must never contain.
 PYTORCH_ONLY_WORDS = ("DataLoader", "num_workers", "pin_memory", "prefetch_factor", "autocast",
                       "channels_last", "non_blocking", ".item()")
@@ -36,6 +39,12 @@ class Vocab:
     bf16: str                   # how to run in bfloat16
     bf16_tried: str             # the same, as already used
     checkpoint_fix: str         # checkpoint writes that take a material share of the run
+    # The PyTorch loader's knobs (a Keras run words its own input: keras_* below).
+    workers_change: str = "DataLoader(..., num_workers={n})"
+    persistent_change: str = "DataLoader(..., persistent_workers=True)"
+    more_workers: str = "raise DataLoader workers {w} → {t} (and prefetch_factor)"
+    workers_cause: str = ("the job had cores to spare yet the loop waited: too few DataLoader "
+                          "workers (or workers started again every phase)")
 
 
 TABLE: dict[str, Vocab] = {
@@ -72,13 +81,38 @@ TABLE: dict[str, Vocab] = {
         bf16_tried="mixed_bfloat16",
         checkpoint_fix="save every N epochs (ModelCheckpoint's save_freq, in batches)",
     ),
+    HF: Vocab(
+        framework=HF,
+        worker="DataLoader worker",
+        workers_spare="the Trainer's DataLoader workers had time to spare yet the loop waited: "
+                      "too few dataloader_num_workers or too little dataloader_prefetch_factor",
+        moderate_wait_fix="more TrainingArguments(dataloader_num_workers=N) or "
+                          "dataloader_prefetch_factor would hide it",
+        transfer_fix="TrainingArguments(dataloader_pin_memory=True) (its default) so the copies "
+                     "can overlap; send uint8 and normalise on the device (4× fewer bytes)",
+        overhead_fix="log less often (TrainingArguments(logging_steps=...)) and keep callbacks "
+                     "free of per-step work (each .item() is a device sync)",
+        bf16="TrainingArguments(bf16=True)",
+        bf16_tried="bf16=True",
+        checkpoint_fix="save less often (TrainingArguments(save_strategy=\"epoch\", or a larger "
+                       "save_steps)), or TrainingArguments(save_only_model=True) where resuming "
+                       "needs no optimizer state",
+        workers_change="TrainingArguments(dataloader_num_workers={n})",
+        persistent_change="TrainingArguments(dataloader_persistent_workers=True)",
+        more_workers="raise TrainingArguments(dataloader_num_workers={w} → {t}) (and "
+                     "dataloader_prefetch_factor)",
+        workers_cause="the job had cores to spare yet the loop waited: too few DataLoader "
+                      "workers (TrainingArguments' dataloader_num_workers), or workers started "
+                      "again every phase",
+    ),
 }
 
 
 def framework_of(summary: Mapping[str, Any]) -> str:
-    """``keras`` when the watch hook saw Keras run the loop, else ``pytorch``."""
+    """``keras`` when the watch hook saw Keras run the loop, ``transformers`` a Hugging Face
+    ``Trainer``, else ``pytorch``."""
     loop = (summary.get("loader") or {}).get("framework")
-    return KERAS if loop in ("keras", "tf.keras") else PYTORCH
+    return KERAS if loop in ("keras", "tf.keras") else HF if loop == HF else PYTORCH
 
 
 def vocab(framework: str | None) -> Vocab:

@@ -44,6 +44,7 @@ def _restore_environment() -> str | None:
 def _install(fd_text: str | None) -> None:
     # Imported now, while this directory is still on sys.path (it leaves it below).
     import stepscope_watch_dist
+    import stepscope_watch_hf
     import stepscope_watch_imports as imports
     import stepscope_watch_keras
     import stepscope_watch_keras_backends
@@ -148,18 +149,6 @@ def _install(fd_text: str | None) -> None:
         stepscope_watch_torch.runtime_baseline(
             rec, getattr(module, "__name__", "lightning.pytorch"), "torch, ")
 
-    def hf_trainer_hook(module: object) -> None:
-        # One checkpoint, one write: the model's safetensors and the optimizer's, scheduler's and
-        # RNG states' torch.save calls inside it are part of it (timed_save nests).
-        trainer = getattr(module, "Trainer", None)
-        if (save := getattr(trainer, "_save_checkpoint", None)) is not None:
-            trainer._save_checkpoint = rec.timed_save(save)  # type: ignore[union-attr]
-
-    def safetensors_hook(module: object) -> None:
-        for name in ("save_file", "save_model"):  # a script's own safetensors checkpoints
-            if (save := getattr(module, name, None)) is not None:
-                setattr(module, name, rec.timed_save(save))
-
     hooks = {
         "torch": torch_hook,
         "keras": keras_hook,
@@ -170,8 +159,8 @@ def _install(fd_text: str | None) -> None:
         "lightning.pytorch": lightning_hook,
         "pytorch_lightning": lightning_hook,
         "accelerate.data_loader": accelerate_hook,
-        "transformers.trainer": hf_trainer_hook,
-        "safetensors.torch": safetensors_hook,
+        "transformers.trainer": lambda m: stepscope_watch_hf.install_trainer(m, rec),
+        "safetensors.torch": lambda m: stepscope_watch_hf.install_safetensors(m, rec),
         "subprocess": lambda m: stepscope_watch_dist.report_child_exits(m, rec),
         "tensorflow": tensorflow_hook,
         "jax": lambda m: imported("jax"),
