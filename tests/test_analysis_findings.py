@@ -227,3 +227,20 @@ def test_a_hugging_face_trainer_is_advised_in_training_arguments() -> None:
     assert f is not None and f["fix"].startswith("raise DataLoader workers 0 → 2")
     assert "TrainingArguments" not in checkpoint_findings(torch)[0]["fix"]
     assert "TrainingArguments" not in _compute_fix({"precision": None}, torch)[0]
+
+
+def test_a_phase_that_took_a_sliver_of_the_run_is_information() -> None:
+    """Validation input-bound at 49 % wait, but 0.02 s of a 16 s run (a Trainer's six eval
+    steps): its finding stays, as information, and says what the run could gain at most. The
+    same phase at a third of the run keeps its severity and says nothing of the kind."""
+    from stepscope.analysis.findings import build_findings
+
+    val = _agg(phase="val", seconds=0.0225)
+    summary: Any = {"by_phase": {"val": val}, "run": {"seconds": 15.7}, "host": {"cores": 2}}
+    f = next(f for f in build_findings(summary) if f["id"] == "input_bound_val")
+    assert f["severity"] == "info"
+    assert f["evidence"].endswith("validation took 22 ms of the run's 16 s (0.1 %): a fix saves "
+                                  "the run at most that"), f["evidence"]
+    summary["by_phase"]["val"] = _agg(phase="val", seconds=5.0)
+    f = next(f for f in build_findings(summary) if f["id"] == "input_bound_val")
+    assert f["severity"] == "high" and "of the run" not in f["evidence"]
