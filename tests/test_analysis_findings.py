@@ -244,3 +244,30 @@ def test_a_phase_that_took_a_sliver_of_the_run_is_information() -> None:
     summary["by_phase"]["val"] = _agg(phase="val", seconds=5.0)
     f = next(f for f in build_findings(summary) if f["id"] == "input_bound_val")
     assert f["severity"] == "high" and "of the run" not in f["evidence"]
+
+
+def test_a_model_that_augments_itself_is_told_its_trunk_sees_new_images() -> None:
+    """Keras, trunk frozen, the model's own RandomFlip/RandomRotation (watch read them): the
+    compute advice names them instead of the conditional 'augment less'; without the fact the
+    advice is as before; and validation's lighter compute names them only where they were read."""
+    from stepscope.analysis.explain import train_vs_val
+    from stepscope.analysis.findings import _compute_fix
+
+    summary: Any = {"loader": {"framework": "keras", "keras_backend": "tensorflow",
+                               "augments": None}}
+    model: Any = {"params": 2_259_265, "trainable_params": 1_281,
+                  "augment_layers": ["RandomFlip", "RandomRotation"]}
+    fix, _ = _compute_fix(model, summary)
+    assert ("the model augments each training step (RandomFlip, RandomRotation, watch: the "
+            "model's layers), so the frozen trunk sees new images every epoch") in fix, fix
+    fix, _ = _compute_fix({**model, "augment_layers": []}, summary)
+    assert "with the trunk frozen, augment less" in fix and "RandomFlip" not in fix
+    phase = {"images_per_s": 100.0, "data_wait_ms_per_image": 0.1, "verdict": "compute-bound",
+             "data_wait_frac": 0.01}
+    s: Any = {**summary, "model": model,
+              "by_phase": {"train": {**phase, "compute_ms_per_image": 9.0},
+                           "val": {**phase, "images_per_s": 300.0, "compute_ms_per_image": 3.0}}}
+    got = train_vs_val(s)
+    assert got is not None and "without the model's augmentation layers (RandomFlip" in got[1]
+    got = train_vs_val({**s, "model": {**model, "augment_layers": None}})
+    assert got is not None and "augmentation layers" not in got[1]

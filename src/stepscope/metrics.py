@@ -223,6 +223,8 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "loop.keras_callbacks_timed": "watch timed the user's Keras batch callbacks (other_s)",
     "mem.refit_step_bytes": "Keras: RSS growth over each later fit()'s start and first "
                             "training step (its train function compiled again), summed",
+    "model.augment_layers": "Keras: the model's random augmentation layers (class names), read "
+                            "at the first fit()",
     "model.trainable_by_fit": "[first epoch, trainable parameters] at each Keras fit() call "
                               "(sent from the second fit on), or at each epoch of a PyTorch "
                               "loop where the count changed",

@@ -3,7 +3,7 @@
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
         [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
         [--cpu-clock] [--gap-clock] [--own-train-function] [--val-input KIND] [--val-load-ms MS]
-        [--policy NAME] [--cache] [--initial-epoch N] [--refit]
+        [--policy NAME] [--cache] [--initial-epoch N] [--refit] [--augment-layers]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -25,6 +25,9 @@ epoch 1 runs the planted cost and later epochs read the cached batches.
 --refit: after the first ``fit``, ``compile`` again (with a lower learning rate) and ``fit``
 again, as the Keras fine-tuning guide does after unfreezing its base: the second fit traces a
 new train function in its first step.
+--augment-layers (conv): the transfer-learning guide's augmentation inside the model, a
+``Sequential`` of ``RandomFlip`` and ``RandomRotation`` after the input (Keras runs it in training
+steps only).
 --own-train-function (Keras 3 on TensorFlow): the model makes its own train function, a
 ``tf.function`` that takes the next batch and runs ``train_step``, overriding
 ``make_train_function`` as a custom training loop written before Keras 3 did.
@@ -70,6 +73,7 @@ p.add_argument("--policy", default=None)
 p.add_argument("--cache", action="store_true")
 p.add_argument("--initial-epoch", type=int, default=0)
 p.add_argument("--refit", action="store_true")
+p.add_argument("--augment-layers", action="store_true")
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -199,7 +203,10 @@ def build():  # type: ignore[no-untyped-def]
     if args.policy:
         keras.mixed_precision.set_global_policy(args.policy)
     if args.model == "conv":
-        layers = [keras.Input(shape=SHAPE),
+        augment = [keras.Sequential([keras.layers.RandomFlip("horizontal"),
+                                     keras.layers.RandomRotation(0.1)])] \
+            if args.augment_layers else []
+        layers = [keras.Input(shape=SHAPE), *augment,
                   keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
                   keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
                   keras.layers.Conv2D(64, 3, padding="same", activation="relu"),

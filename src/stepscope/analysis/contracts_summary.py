@@ -287,6 +287,7 @@ class ModelFacts(TypedDict):
     # [first epoch, trainable parameters] at each Keras fit(), or each PyTorch epoch where the
     # count changed (two entries or more: fine-tuning, analysis/thaw.py)
     trainable_by_fit: list[list[int]] | None
+    augment_layers: list[str] | None  # Keras: the model's random augmentation layers (watch)
 
 
 class KerasTrainCalls(TypedDict):

@@ -182,7 +182,12 @@ def train_vs_val(s: Summary) -> tuple[str, str] | None:
                        + claim(s, "decoded_val", " (they are still decoded, resized and "
                                "normalised on the CPU)"))
     if _less(va, tr, "compute_ms_per_image"):
-        reasons.append("validation runs the forward pass only: no backward, no optimizer step")
+        layers = ((s.get("model") or {}).get("augment_layers") or []) \
+            if framework_of(s) == KERAS else []
+        reasons.append("validation runs the forward pass only: no backward, no optimizer step"
+                       + (f", and without the model's augmentation layers ({', '.join(layers)}: "
+                          "Keras runs them in training only, watch: the model's layers)"
+                          if layers else ""))
     inputs = differing_inputs(s.get("loader"))
     if inputs is not None:  # watch: the inputs given to Model.fit, as recorded
         text += (f" Validation reads another input than training: {inputs[1]}, where training "

@@ -123,7 +123,9 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
         return (f"{words.more_workers.format(w=w, t=t)} so batches are ready when the step "
                 "asks", f"workers {w} → {t}", (w, t, "workers"))
     if keras and loader is not None:
-        return keras_cpu_fix(loader, agg["phase"]), (
+        model = summary.get("model") if summary is not None else None
+        layers = model.get("augment_layers") if model else None
+        return keras_cpu_fix(loader, agg["phase"], bool(layers)), (
             "decode once" if agg["phase"] == "val" else "cheaper augmentation"), None
     if agg["phase"] == "val" and holds(measured, "decoded_val"):
         return (claim(measured, "augmented", "validation does no augmentation: ")
@@ -391,15 +393,17 @@ def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
     """What is left to try on a compute-bound run, leaving out what it already used."""
     model = model or {"name": None, "params": None, "trainable_params": None, "file_bytes": None,
                       "framework": None, "precision": None, "channels_last": None,
-                      "trainable_by_fit": None}
+                      "trainable_by_fit": None, "augment_layers": None}
     frozen = _frozen(model)
     if summary is not None and framework_of(summary) == KERAS:
         loader = summary.get("loader") or {}
         pays = keras_bf16_pays((summary.get("host") or {}).get("bf16"),
                                loader.get("keras_backend"), (summary.get("run") or {}).get("device"))
         mixed = model.get("precision") in ("bf16", "fp16")
-        fix = keras_compute_fix(pays, mixed, frozen, loader.get("augments"),
-                                _frozen_until(model, keras=True) if frozen else "")
+        layers = model.get("augment_layers") or []
+        augments = True if layers else loader.get("augments")
+        fix = keras_compute_fix(pays, mixed, frozen, augments,
+                                _frozen_until(model, keras=True) if frozen else "", layers)
         gain = ("mixed_bfloat16 ran three convolutions 1.9× faster under Keras on TensorFlow on "
                 "a CPU with AMX (bench/keras_bf16.py); depthwise convolutions gained nothing: "
                 "measure it" if pays and not mixed else None)

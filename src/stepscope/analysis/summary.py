@@ -366,7 +366,8 @@ def _model_facts(facts: dict[str, Fact]) -> ModelFacts:
             "framework": _fact(facts, "mem.framework"),
             "precision": _fact(facts, "train.precision"),
             "channels_last": _fact(facts, "train.channels_last"),
-            "trainable_by_fit": _fact(facts, "model.trainable_by_fit")}
+            "trainable_by_fit": _fact(facts, "model.trainable_by_fit"),
+            "augment_layers": _fact(facts, "model.augment_layers")}
 
 
 def _host_facts(facts: dict[str, Fact], cache: SampleCache, cores: float | None,

@@ -316,7 +316,7 @@ KERAS_THREADS_GIL = ("the PyDataset's loading threads took turns holding Python'
                      "job's other cores did no loading")
 
 
-def keras_cpu_fix(loader: LoaderFacts, phase: str) -> str:
+def keras_cpu_fix(loader: LoaderFacts, phase: str, model_augments: bool = False) -> str:
     """The loading CPU is saturated: make each batch cheaper, or compute it once."""
     if phase == "val":
         return ("validation does no augmentation: its CPU cost is decoding and resizing; "
@@ -331,7 +331,7 @@ def keras_cpu_fix(loader: LoaderFacts, phase: str) -> str:
     else:  # the run's own loading code: only the generic remedies apply
         text = ("the CPU preparing batches is the limit: make each batch cheaper (whole-batch "
                 "NumPy or TensorFlow ops instead of per-item Python; " + layers + ")")
-    if loader.get("augments") is False:
+    if loader.get("augments") is False and not model_augments:
         text += ("; nothing is augmented, so for a frozen trunk compute its features once "
                  "with base.predict and train the head on them")
     return text
@@ -358,9 +358,11 @@ def keras_bf16_pays(native: bool | None, backend: str | None, device: str | None
 
 
 def keras_compute_fix(bf16_capable: bool | None, tried_bf16: bool, frozen: bool | None,
-                      augments: bool | None, frozen_until: str = "") -> str:
+                      augments: bool | None, frozen_until: str = "",
+                      augment_layers: list[str] | tuple[str, ...] = ()) -> str:
     """What is left for a compute-bound Keras run; ``frozen_until``: the epochs a frozen trunk's
-    advice is for, where a later fit trained it (" (epochs 1–2: …)")."""
+    advice is for, where a later fit trained it (" (epochs 1–2: …)"); ``augment_layers``: the
+    model's own random layers, which make every epoch's images new to the trunk."""
     parts = []
     if bf16_capable and not tried_bf16:
         parts.append(TABLE[KERAS].bf16 + " (the CPU has native bf16)")
@@ -368,6 +370,11 @@ def keras_compute_fix(bf16_capable: bool | None, tried_bf16: bool, frozen: bool 
     if frozen and augments is False:
         parts.append("precompute the frozen trunk's features once with base.predict and train "
                      "the head on them" + frozen_until)
+    elif frozen and augment_layers:
+        parts.append(f"the model augments each training step ({', '.join(augment_layers)}, "
+                     "watch: the model's layers), so the frozen trunk sees new images every "
+                     "epoch: augment less, or drop those layers and train the head on "
+                     "base.predict features computed once, where accuracy allows" + frozen_until)
     elif frozen:
         parts.append("with the trunk frozen, augment less or cache base.predict features of "
                      "un-augmented images where accuracy allows" + frozen_until)

@@ -25,19 +25,24 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from stepscope.observe.inject.stepscope_watch_keras_backends import patch_backend
     from stepscope.observe.inject.stepscope_watch_keras_clock import py_funcs_made
-    from stepscope.observe.inject.stepscope_watch_keras_data import describe_input, loop_sizes
+    from stepscope.observe.inject.stepscope_watch_keras_data import (
+        augment_layers,
+        describe_input,
+        loop_sizes,
+    )
     from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, gil_clocks
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 else:
     try:  # in the watched interpreter these are top-level modules (see sitecustomize)
         from stepscope_watch_keras_backends import patch_backend
         from stepscope_watch_keras_clock import py_funcs_made
-        from stepscope_watch_keras_data import describe_input, loop_sizes
+        from stepscope_watch_keras_data import augment_layers, describe_input, loop_sizes
         from stepscope_watch_keras_steps import KerasSteps, gil_clocks
     except ImportError:  # in-process, for stepscope.keras.Callback
         from stepscope.observe.inject.stepscope_watch_keras_backends import patch_backend
         from stepscope.observe.inject.stepscope_watch_keras_clock import py_funcs_made
         from stepscope.observe.inject.stepscope_watch_keras_data import (
+            augment_layers,
             describe_input,
             loop_sizes,
         )
@@ -275,6 +280,10 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
         fresh = _warm_new_functions(self, name, rec)
         if name == "fit":
             _fit_trainable(self, initial_epoch, rec)
+            if (found := augment_layers(self)) is not None and rec.once("keras-augment-layers"):
+                rec.fact("model.augment_layers", found,
+                         "watch: the model's random preprocessing layers (Keras runs them in "
+                         "training steps only), read at the first fit()")
             if "train" in fresh and "first_step" in rec.rss_marks:  # a later fit compiles again
                 mark_rss(rec, "refit")
         mark_rss(rec, "fit")

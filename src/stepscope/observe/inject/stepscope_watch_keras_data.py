@@ -76,6 +76,32 @@ def _augments(x: Any) -> bool | None:
     return False
 
 
+# Keras's augmentation layers: random ones are active in training only (``training=True``).
+_AUGMENT_LAYER_NAMES = {"RandAugment", "AugMix", "MixUp", "CutMix"}
+
+
+def augment_layers(model: Any) -> list[str] | None:
+    """The class names of the random augmentation layers inside ``model`` (nested models and
+    ``Sequential`` blocks included), sorted, each once: the Keras guides augment inside the
+    model (``RandomFlip``, ``RandomRotation``...), so each training step runs them. None where
+    the layers could not be read."""
+    found: set[str] = set()
+
+    def walk(m: Any, depth: int) -> None:
+        for layer in getattr(m, "layers", None) or []:
+            name = type(layer).__name__
+            if name.startswith("Random") or name in _AUGMENT_LAYER_NAMES:
+                found.add(name)
+            elif depth < 8:
+                walk(layer, depth + 1)
+
+    try:
+        walk(model, 0)
+    except Exception:  # a layer whose attributes raise: not read
+        return None
+    return sorted(found)
+
+
 def classify(x: Any, call: dict[str, Any]) -> dict[str, Any]:
     """The kind of input ``x`` and how many threads or processes produce its batches."""
     if x is None:
