@@ -23,4 +23,7 @@ def test_augmentation_layers_in_the_model_are_read_and_named(tmp_path: Path) -> 
     # validation computes less per image, and the layers Keras skips there are named
     assert ("without the model's augmentation layers (RandomFlip, RandomRotation: Keras runs "
             "them in training only, watch: the model's layers)") in " ".join(s["_printed"].split())
+    # epoch 1 traced the train function in its first step: slower, and the warm-up says why
+    printed = " ".join(s["_printed"].split())
+    assert "Why epoch 1 was slower" in printed and "most of the difference." in printed
     _assert_keras_words(s)

@@ -10,6 +10,7 @@ So the answer names the epochs apart, and the input finding says whose steps its
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from stepscope.analysis.contracts_summary import EpochRow, PhaseRow, Summary
@@ -122,3 +123,48 @@ def gain_scope(s: Summary) -> str:
         return ""
     read = _why(s, found)[1]
     return f", in epoch {found.first['epoch']} only" + (f": later epochs read {read}" if read else "")
+
+
+SLOWER_RATIO = 0.8  # epoch 1 under 80 % of the later epochs' median img/s: worth an answer
+
+
+def slower_answer(s: Summary) -> tuple[str, str] | None:
+    """"Why epoch 1 was slower", where it ran under ``SLOWER_RATIO`` of the later training
+    phases' median pace and did not wait for data (that is :func:`answer`'s): how much longer it
+    took than at their pace, against the seconds its warm-up steps took over steady ones, its
+    steady steps against theirs, and its reads from disk where measured."""
+    rows = [p for p in s.get("phases") or [] if p["phase"] == "train" and p.get("images_per_s")
+            and p.get("rank") in (None, 0)]
+    if len(rows) < 2 or first_epoch_only(s) is not None:
+        return None
+    first, later = rows[0], rows[1:]
+    rates = sorted(float(p["images_per_s"] or 0.0) for p in later)
+    pace = statistics.median(rates)
+    if not pace or float(first["images_per_s"] or 0.0) > SLOWER_RATIO * pace:
+        return None
+    n = first["epoch"]
+    lost = first["seconds"] - first["images"] / pace
+    span = (f"{rates[0]:,.0f} img/s" if len(rates) == 1 else
+            f"{rates[0]:,.0f}–{rates[-1]:,.0f} img/s")
+    epochs = (f"epoch {later[0]['epoch']}" if len(later) == 1 else
+              f"epochs {later[0]['epoch']}–{later[-1]['epoch']}")
+    text = (f"Epoch {n} ran at {first['images_per_s']:,.0f} img/s against {span} in {epochs}: "
+            f"{fmt_s(lost)} longer than at their median pace.")
+    steps, warm_s = first.get("warmup_steps") or 0, first.get("warmup_s") or 0.0
+    step_s = (first.get("step_ms_per_step") or 0.0) / 1000
+    extra = warm_s - steps * step_s
+    if steps and extra > 0:
+        text += (f" Its {steps} warm-up steps took {fmt_s(warm_s)} where a steady step took "
+                 f"{fmt_s(step_s) if step_s >= 1 else f'{step_s * 1000:.0f} ms'}: "
+                 f"{fmt_s(extra)} more, each loop's first steps (a step function traced or "
+                 "compiled, loaders starting)" + (", most of the difference." if extra >= 0.5 * lost
+                                                 else "."))
+    steady = [float(p["step_ms_per_image"] or 0.0) for p in later if p.get("step_ms_per_image")]
+    if first.get("step_ms_per_image") and steady and extra < 0.5 * lost:
+        text += (f" Its steady steps took {first['step_ms_per_image']:.1f} ms an image against "
+                 f"{statistics.median(steady):.1f} ms later.")
+    cold = _disk_warmed(s)
+    if cold is not None and cold["epoch"] == n:
+        text += (f" It read {fmt_bytes(cold['disk_read_bytes'])} of the dataset from disk; "
+                 "later epochs found its files in the kernel's page cache.")
+    return f"Why epoch {n} was slower", text

@@ -1,0 +1,52 @@
+"""Why epoch 1 was slower (analysis/epoch_one.slower_answer): against the later epochs' pace,
+what its warm-up steps took over steady ones, its steady steps, its reads from disk; each part
+only where measured. Hand-made summaries with only the keys it reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stepscope.analysis.epoch_one import slower_answer
+
+pytestmark = pytest.mark.light
+
+
+def _train(epoch: int, seconds: float, *, warm: int = 0, warm_s: float = 0.0,
+           step_ms: float = 80.0, per_image: float = 2.5, verdict: str = "compute-bound"
+           ) -> dict[str, Any]:
+    return {"phase": "train", "epoch": epoch, "rank": None, "images": 480, "seconds": seconds,
+            "images_per_s": 480 / seconds, "warmup_steps": warm, "warmup_s": warm_s,
+            "step_ms_per_step": step_ms, "step_ms_per_image": per_image, "verdict": verdict,
+            "data_wait_frac": 0.01}
+
+
+def test_warm_up_steps_that_explain_a_slow_first_epoch_are_named() -> None:
+    """The Keras guide's epoch 1: 4.8 s where later epochs took 1.6-2.0 s, 3.8 s of it its
+    three warm-up steps (tracing) against 85 ms steady steps."""
+    s: Any = {"phases": [_train(1, 4.8, warm=3, warm_s=3.8, step_ms=85.0),
+                         _train(2, 1.6), _train(3, 2.0)]}
+    got = slower_answer(s)
+    assert got is not None
+    title, text = got
+    assert title == "Why epoch 1 was slower"
+    assert text.startswith("Epoch 1 ran at 100 img/s against 240–300 img/s in epochs 2–3: 3.0 s "
+                           "longer than at their median pace. Its 3 warm-up steps took 3.8 s "
+                           "where a steady step took 85 ms: 3.5 s more"), text
+    assert text.endswith("most of the difference."), text
+    assert "disk" not in text and "steady steps took" not in text
+
+
+def test_without_warm_up_the_steady_steps_are_compared() -> None:
+    s: Any = {"phases": [_train(1, 4.0, per_image=8.3), _train(2, 2.0), _train(3, 2.0)]}
+    got = slower_answer(s)
+    assert got is not None and "warm-up" not in got[1]
+    assert got[1].endswith("Its steady steps took 8.3 ms an image against 2.5 ms later.")
+
+
+def test_no_answer_where_epoch_one_kept_pace_or_only_it_waited_for_data() -> None:
+    assert slower_answer({"phases": [_train(1, 2.2), _train(2, 2.0)]}) is None  # type: ignore[typeddict-item]
+    assert slower_answer({"phases": [_train(1, 4.0)]}) is None  # type: ignore[typeddict-item]
+    waited: Any = {"phases": [_train(1, 4.0, verdict="input-bound"), _train(2, 2.0)]}
+    assert slower_answer(waited) is None  # "Why only epoch 1 waited for data" answers it
