@@ -135,6 +135,18 @@ def test_lightning_mid_epoch_validation_keeps_the_epoch(tmp_path: Path) -> None:
     # before the batch-start hook: it is the step's transfer, not data wait. Validation's data
     # is in memory, so the copy is all it waits for.
     assert _verdict(summary, "val") == "transfer-bound"
+    # Validation runs inside the open training phase: its time is validation's, not training's
+    # (the training phase's seconds are its steps', not its window's, which holds 8 validation
+    # steps of a planted 40 ms copy each).
+    rows = {p["phase_id"]: p for p in summary["phases"]}
+    for p in summary["phases"]:
+        if p["phase"] != "train":
+            continue
+        walls = sum(s.wall_s for s in reader.steps() if s.phase_id == p["phase_id"])
+        inside = sum(s.wall_s for s in reader.steps() if rows[s.phase_id]["phase"] == "val"
+                     and p["started"] < rows[s.phase_id]["started"] < p["ended"])
+        assert inside > 0.15  # 4 steps of 40 ms each at least
+        assert walls <= p["seconds"] <= walls + 0.5 * inside, (p["seconds"], walls, inside)
     kinds = {p.phase_id: p.phase for p in reader.phases()}
     for kind, wait in (("train", 0.16), ("val", 0.0)):
         steady = [s for s in reader.steps() if not s.warmup and kinds[s.phase_id] == kind]

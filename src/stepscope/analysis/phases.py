@@ -252,6 +252,32 @@ class PhaseContext:
     # DataLoader of its own, with no workers) is judged on the process samples like its other
     # backends, so one script gets one cause whatever the backend.
     stage_causes: bool = True
+    # phase id -> seconds of other phases inside its window (a validation run inside an open
+    # training phase: Lightning's val_check_interval < 1, mid-epoch validation by hand)
+    nested_s: dict[int, float] = field(default_factory=dict)
+
+
+def nested_seconds(records: list[PhaseRecord], totals: dict[int, PhaseTotals]
+                   ) -> dict[int, float]:
+    """For each training phase, the seconds of the union of validation phases (same rank) that
+    ran inside its window (``PhaseContext.nested_s``)."""
+    windows = {ph.phase_id: (*phase_window(ph, totals.get(ph.phase_id, PhaseTotals())),
+                             ph.rank, ph.phase) for ph in records}
+    out: dict[int, float] = {}
+    for pid, (t0, t1, rank, kind) in windows.items():
+        if kind != "train":
+            continue
+        inner = sorted((max(a, t0), min(b, t1)) for a, b, r, k in windows.values()
+                       if k == "val" and r == rank and a < t1 and b > t0)
+        total, end = 0.0, t0
+        for a, b in inner:
+            a = max(a, end)
+            if b > a:
+                total += b - a
+                end = b
+        if total > 0:
+            out[pid] = total
+    return out
 
 
 def phase_window(ph: PhaseRecord, totals: PhaseTotals) -> tuple[float, float]:
@@ -350,7 +376,8 @@ def _phase_verdict(split: StepSplit, steady: bool, fields: StepSplitFields,
 def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> PhaseRow:
     """One entry of ``summary["phases"]`` (DESIGN.md keys plus the evidence behind them)."""
     t0, t1 = phase_window(ph, totals)
-    seconds = max(0.0, t1 - t0)
+    # its own time: a validation that ran inside it is the validation's (its images/s, its rate)
+    seconds = max(0.0, t1 - t0 - ctx.nested_s.get(ph.phase_id, 0.0))
     split, steady = totals.steady_split()
     images = ph.images or totals.steady.images + totals.warmup.images
     ev, loader_ms = _input_evidence(ph, ctx, t0, t1, images)

@@ -48,6 +48,7 @@ from stepscope.analysis.phases import (
     PhaseContext,
     PhaseTotals,
     StepSplit,
+    nested_seconds,
     split_fields,
     summarize_phase,
     totals_by_phase,
@@ -114,10 +115,8 @@ def own_processes(reader: RunReader) -> tuple[int | None, list[ProcessInfo]]:
     A store written by ``stepscope watch`` for a rank names the rank's process (``dist.pid``);
     ``run.db`` then holds the whole command's tree (launcher, every rank), so rank 0 keeps its
     own subtree without the other ranks' (``watch.rank_pids``). Otherwise the tree's root: see
-    :func:`current_main`.
-    """
-    processes = reader.processes()
-    facts = reader.facts()
+    :func:`current_main`."""
+    processes, facts = reader.processes(), reader.facts()
     mine = _fact_value(facts, "dist.pid")
     if not isinstance(mine, int):
         run_pid = reader.run().pid or None
@@ -158,7 +157,8 @@ def load_rank(reader: RunReader) -> RankData:
                     status=_fact_value(facts, "dist.status") or run.status,
                     exit_code=_fact_value(facts, "dist.exit_code") if "dist.status" in facts
                     else run.exit_code)
-    for ph in reader.phases():
+    ctx.nested_s = nested_seconds(records := reader.phases(), totals)
+    for ph in records:
         steps = steps_by_phase.get(ph.phase_id, [])
         data.phases.append(summarize_phase(ph, totals.get(ph.phase_id, PhaseTotals()), ctx))
         if ph.phase == "train":

@@ -37,6 +37,7 @@ from stepscope.analysis.phases import (
     PhaseContext,
     PhaseTotals,
     StepSplit,
+    nested_seconds,
     phase_window,
     split_fields,
     summarize_phase,
@@ -304,6 +305,7 @@ def _summarize_phases(reader: RunReader, ctx: PhaseContext, rank: int
         raw.setdefault(s.phase_id, []).append(s)
     totals = totals_by_phase(reader.aggregates.step_totals(), raw)
     records: list[PhaseRecord] = reader.phases()
+    ctx.nested_s = nested_seconds(records, totals)
     every = [summarize_phase(ph, totals.get(ph.phase_id, PhaseTotals()), ctx) for ph in records]
     return [p for p in every if (p["rank"] or 0) == rank], totals
 
