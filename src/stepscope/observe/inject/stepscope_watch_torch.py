@@ -235,8 +235,9 @@ class _ForwardSignal:
 
     def __init__(self, torch: ModuleType, rec: Recorder, loop: LoopTracker) -> None:
         self.register = torch.nn.modules.module.register_module_forward_pre_hook
-        self.rec, self.loop = rec, loop
+        self.torch, self.rec, self.loop = torch, rec, loop
         self.handle: Any = None
+        self.read = False  # the model's precision and input layout read (first training forward)
 
     def arm(self) -> None:
         if self.handle is None:
@@ -249,6 +250,30 @@ class _ForwardSignal:
         if handle is not None:
             handle.remove()
         self.loop.body("forward", self.rec.clock())
+        # a plain loop's (Keras on torch records its own policy, under framework_depth)
+        if not self.read and self.torch.is_grad_enabled() and self.rec.framework_depth == 0:
+            self.read = True
+            with contextlib.suppress(Exception):  # another torch, an unusual module: not read
+                _precision_facts(self.torch, self.rec, module, args)
+
+
+def _precision_facts(torch: ModuleType, rec: Recorder, module: Any, args: Any) -> None:
+    """How the first training forward ran: under autocast (its dtype) or with the weights' own
+    dtype, and whether its input was channels_last, so the compute advice leaves out what the
+    script already does."""
+    x: Any = args[0] if args else None
+    device = x.device.type if hasattr(x, "device") else "cpu"
+    if torch.is_autocast_enabled(device):
+        dtype, how = torch.get_autocast_dtype(device), f"torch.autocast({device!r}) on"
+    else:
+        param = next(module.parameters(), None)
+        dtype, how = (param.dtype if param is not None else torch.float32), "the weights' dtype"
+    rec.fact("train.precision", {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32"),
+             f"watch: the first training forward: {how} ({dtype})")
+    if hasattr(x, "dim") and x.dim() == 4:
+        rec.fact("train.channels_last", bool(x.is_contiguous(memory_format=torch.channels_last)
+                                             and not x.is_contiguous()),
+                 "watch: the first training forward's input tensor is channels_last")
 
 
 def _patch_module_mode(torch: ModuleType, rec: Recorder) -> None:
