@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from stepscope.analysis.contracts_summary import EpochRow, PhaseRow, Summary
 from stepscope.analysis.evidence import claim, holds
-from stepscope.analysis.fmt import fmt_bytes, fmt_pct, fmt_s
+from stepscope.analysis.fmt import fmt_bytes, fmt_pct, fmt_s, fmt_time
 
 COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
 COLD_MIN_BYTES = 16_000_000
@@ -155,7 +155,7 @@ def slower_answer(s: Summary) -> tuple[str, str] | None:
     extra = warm_s - steps * step_s
     if steps and extra > 0:
         text += (f" Its {steps} warm-up steps took {fmt_s(warm_s)} where a steady step took "
-                 f"{fmt_s(step_s) if step_s >= 1 else f'{step_s * 1000:.0f} ms'}: "
+                 f"{fmt_time(step_s)}: "
                  f"{fmt_s(extra)} more, each loop's first steps (a step function traced or "
                  "compiled, loaders starting)" + (", most of the difference." if extra >= 0.5 * lost
                                                  else "."))

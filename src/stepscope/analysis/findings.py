@@ -25,7 +25,7 @@ from stepscope.analysis.contracts_summary import (
 )
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fixes import capacity_fix
-from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s
+from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s, fmt_time
 from stepscope.analysis.thaw import thawed
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
 from stepscope.analysis.vocab import (
@@ -559,7 +559,7 @@ def _minor_phase(found: list[Finding], agg: PhaseAgg, summary: Summary) -> list[
     if not found or not run_s or own is None or own >= MINOR_RUN_SHARE * run_s:
         return found
     kind = "training" if agg["phase"] == "train" else "validation"
-    line = (f"{kind} took {fmt_s(own) if own >= 1 else fmt_ms(own)} of the run's {fmt_s(run_s)} ({fmt_pct(own / run_s)}): "
+    line = (f"{kind} took {fmt_time(own)} of the run's {fmt_s(run_s)} ({fmt_pct(own / run_s)}): "
             "a fix saves the run at most that")
     return [make_finding(f["id"], "info", f["title"], [f["evidence"], line], f["fix"],
                          f["expected_gain"], f["measure"]) for f in found]

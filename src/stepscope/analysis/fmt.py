@@ -96,6 +96,16 @@ def fmt_s(seconds: float | None) -> str:
     return f"{seconds:.1f} s" if abs(seconds) < 10 else f"{seconds:.0f} s"
 
 
+def fmt_time(seconds: float | None) -> str:
+    """A duration in milliseconds under a second, else in seconds.
+
+    Examples:
+        >>> fmt_time(0.0225), fmt_time(3.84)
+        ('22 ms', '3.8 s')
+    """
+    return fmt_ms(seconds) if seconds is not None and abs(seconds) < 1 else fmt_s(seconds)
+
+
 def fmt_duration(seconds: float | None) -> str:
     """A wall-clock length as people say it ("3 min 05 s", "1 h 02 min").
 
@@ -172,4 +182,5 @@ __all__ = [
     "fmt_s",
     "fmt_share",
     "fmt_span",
+    "fmt_time",
 ]

@@ -191,6 +191,10 @@ class TorchLedger:
         # after this hook: the first step of an epoch still reads the one before; its second
         # step counts. Lightning's callbacks have opened the epoch by its first step.
         self.epoch = rec.epoch
+        if not first and not rec.roots:
+            # No module was put in train/eval mode: the parameters known are this optimizer's
+            # alone, and a second optimizer (a GAN's) would read as a change.
+            return
         params, buffers = _model_tensors(opt, rec)
         trainable = sum(int(p.numel()) for p in params if p.requires_grad)
         if trainable == self.trainable:
