@@ -176,6 +176,15 @@ def test_accelerate_one_ahead_loader(tmp_path: Path) -> None:
     assert _phases(reader) == [(1, "train", 12), (1, "val", 2), (2, "train", 12), (2, "val", 2)]
     assert _verdict(summary) == "input-bound"
     _adds_up(reader)
+    assert summary["model"]["precision"] == "fp32"
+
+
+@pytest.mark.slow
+def test_accelerate_mixed_precision_is_read_inside_the_model(tmp_path: Path) -> None:
+    """Accelerator(mixed_precision="bf16") enters autocast inside the prepared model's forward,
+    after the model call's pre-hooks: the precision is read at its first layer with weights."""
+    _, summary = _run(tmp_path, "accelerate_loop.py", "1", "--bf16")
+    assert summary["model"]["precision"] == "bf16"
 
 
 @pytest.mark.slow

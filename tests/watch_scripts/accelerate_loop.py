@@ -1,7 +1,9 @@
 """A training loop in Hugging Face Accelerate's documented shape: ``accelerator.prepare`` wraps
 the loaders in ``DataLoaderShard`` (which fetches one batch ahead), ``accelerator.backward``
 replaces ``loss.backward()``. Planted cost: the training dataset sleeps 20 ms per item (batch 8,
-workers=0), so training is input-bound. Usage: accelerate_loop.py [EPOCHS]
+workers=0), so training is input-bound. ``--bf16``: ``Accelerator(mixed_precision="bf16")``,
+whose autocast the prepared model enters inside its own forward.
+Usage: accelerate_loop.py [EPOCHS] [--bf16]
 """
 
 import sys
@@ -27,8 +29,9 @@ class SlowImages(Dataset):
 
 
 def main():
-    epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    accelerator = Accelerator(cpu=True)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    epochs = int(args[0]) if args else 2
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16" if "--bf16" in sys.argv else "no")
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 32), nn.ReLU(), nn.Linear(32, 2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     train_dataloader = DataLoader(SlowImages(96), batch_size=8, shuffle=True)

@@ -237,7 +237,7 @@ class _ForwardSignal:
         self.register = torch.nn.modules.module.register_module_forward_pre_hook
         self.torch, self.rec, self.loop = torch, rec, loop
         self.handle: Any = None
-        self.read = False  # the model's precision and input layout read (first training forward)
+        self.precision = _PrecisionProbe(torch, rec, self.register)
 
     def arm(self) -> None:
         if self.handle is None:
@@ -251,29 +251,61 @@ class _ForwardSignal:
             handle.remove()
         self.loop.body("forward", self.rec.clock())
         # a plain loop's (Keras on torch records its own policy, under framework_depth)
-        if not self.read and self.torch.is_grad_enabled() and self.rec.framework_depth == 0:
-            self.read = True
-            with contextlib.suppress(Exception):  # another torch, an unusual module: not read
-                _precision_facts(self.torch, self.rec, module, args)
+        if self.precision.pending and self.torch.is_grad_enabled() \
+                and self.rec.framework_depth == 0:
+            self.precision.start(args)
 
 
-def _precision_facts(torch: ModuleType, rec: Recorder, module: Any, args: Any) -> None:
-    """How the first training forward ran: under autocast (its dtype) or with the weights' own
-    dtype, and whether its input was channels_last, so the compute advice leaves out what the
-    script already does."""
-    x: Any = args[0] if args else None
-    device = x.device.type if hasattr(x, "device") else "cpu"
-    if torch.is_autocast_enabled(device):
-        dtype, how = torch.get_autocast_dtype(device), f"torch.autocast({device!r}) on"
-    else:
-        param = next(module.parameters(), None)
-        dtype, how = (param.dtype if param is not None else torch.float32), "the weights' dtype"
-    rec.fact("train.precision", {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32"),
-             f"watch: the first training forward: {how} ({dtype})")
-    if hasattr(x, "dim") and x.dim() == 4:
-        rec.fact("train.channels_last", bool(x.is_contiguous(memory_format=torch.channels_last)
-                                             and not x.is_contiguous()),
-                 "watch: the first training forward's input tensor is channels_last")
+class _PrecisionProbe:
+    """How the first training forward ran, so the compute advice leaves out what the script
+    already does: its input's layout (channels_last or not), and the precision its first layer
+    with weights of its own ran in: under autocast (its dtype) or in the weights' dtype. Read at
+    that layer, not at the model's call: Accelerate's ``mixed_precision`` enters autocast inside
+    the model's wrapped ``forward``, after the call's pre-hooks. A global pre-hook from the first
+    training forward until that layer (at most ``MAX_CALLS`` module calls), then never again."""
+
+    MAX_CALLS = 1000
+
+    def __init__(self, torch: ModuleType, rec: Recorder, register: Any) -> None:
+        self.torch, self.rec, self.register = torch, rec, register
+        self.pending = True
+        self.handle: Any = None
+        self.calls = 0
+
+    def start(self, args: Any) -> None:
+        self.pending = False
+        torch, x = self.torch, args[0] if args else None
+        with contextlib.suppress(Exception):  # another torch, an unusual input: not read
+            if isinstance(x, torch.Tensor) and x.dim() == 4:
+                self.rec.fact("train.channels_last",
+                              bool(x.is_contiguous(memory_format=torch.channels_last)
+                                   and not x.is_contiguous()),
+                              "watch: the first training forward's input tensor is channels_last")
+            self.handle = self.register(self._layer)
+
+    def _layer(self, module: Any, args: Any) -> None:
+        if threading.get_ident() != self.rec.main_thread_id:
+            return
+        self.calls += 1
+        param = next(module.parameters(recurse=False), None)
+        if param is None and self.calls < self.MAX_CALLS:
+            return
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            handle.remove()
+        if param is None:
+            return
+        torch = self.torch
+        device = param.device.type
+        with contextlib.suppress(Exception):
+            if torch.is_autocast_enabled(device):
+                dtype, how = torch.get_autocast_dtype(device), f"torch.autocast({device!r}) on"
+            else:
+                dtype, how = param.dtype, "its weights' dtype"
+            self.rec.fact("train.precision",
+                          {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32"),
+                          f"watch: the first training forward's first layer with weights "
+                          f"({type(module).__name__}): {how} ({dtype})")
 
 
 def _patch_module_mode(torch: ModuleType, rec: Recorder) -> None:
