@@ -51,6 +51,16 @@ def test_without_the_cache_read_the_keeping_is_said_without_how() -> None:
     assert "it kept what it had read (how, watch did not see)." in text and "tf.data" not in text
 
 
+def test_epoch_one_answers_say_who_kept_the_files() -> None:
+    from stepscope.analysis.epoch_one import _later_reads
+
+    cold = _summary(0)["epochs"][0]
+    assert _later_reads(_summary(0), cold).startswith(
+        "later epochs read no files: the program kept what it had read (the tf.data pipeline")
+    assert _later_reads(_summary(20 * MB), cold) == ("later epochs found its files in the "
+                                                     "kernel's page cache")
+
+
 def test_files_read_again_are_the_page_cache_as_before() -> None:
     text = cold_vs_warm(_summary(20 * MB, cache=False))[1]  # type: ignore[index]
     assert "The program read every file again each epoch, but the kernel's page cache" in text

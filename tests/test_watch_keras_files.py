@@ -32,3 +32,4 @@ def test_a_cached_pipeline_keeps_the_files_in_the_process(synth400: Path, tmp_pa
     assert "The program read every file again" not in printed
     assert "Right, in the training process's own memory." in printed
     assert "Right about RAM, wrong about whose" not in printed
+    assert "found its files in the kernel's page cache" not in printed

@@ -68,12 +68,39 @@ def first_epoch_only(s: Summary) -> FirstEpochOnly | None:
     return FirstEpochOnly(rows[0], rows[1:])
 
 
+KEPT_READ_FRAC = 0.1  # a later epoch reading under 10 % of epoch 1's bytes kept its data
+
+
+def kept_in_process(first: EpochRow, later: list[EpochRow]) -> bool:
+    """Every later epoch read (``rchar``: reads through any cache) under ``KEPT_READ_FRAC`` of
+    what the first read: the program, not the kernel, kept the data."""
+    read = first.get("rchar_bytes") or 0
+    return read > 0 and bool(later) and all(
+        e.get("rchar_bytes") is not None and (e["rchar_bytes"] or 0) <= KEPT_READ_FRAC * read
+        for e in later)
+
+
+def kept_how(s: Summary) -> str:
+    """How the program kept it, where watch read how."""
+    return claim(s, "tf_data_cache", " (the tf.data pipeline caches: .cache(), as watch read the "
+                 "pipeline given to Model.fit, keeps its batches in the training process)")
+
+
 def _disk_warmed(s: Summary) -> EpochRow | None:
     """Epoch 1's row when it read the dataset's files from disk and no later epoch did."""
     epochs = [e for e in s.get("epochs") or [] if e.get("disk_read_bytes") is not None]
     if len(epochs) < 2 or not holds(s, "dataset_files") or not epoch_was_cold(s, epochs[0]):
         return None
     return None if any(epoch_was_cold(s, e) for e in epochs[1:]) else epochs[0]
+
+
+def _later_reads(s: Summary, cold: EpochRow) -> str:
+    """What the epochs after a cold first one read: the files again from the page cache, or
+    none (the program kept them)."""
+    later = [e for e in s.get("epochs") or [] if e["epoch"] > cold["epoch"]]
+    if kept_in_process(cold, later):
+        return "later epochs read no files: the program kept what it had read" + kept_how(s)
+    return "later epochs found its files in the kernel's page cache"
 
 
 def _why(s: Summary, found: FirstEpochOnly) -> tuple[str, str]:
@@ -91,9 +118,10 @@ def _why(s: Summary, found: FirstEpochOnly) -> tuple[str, str]:
         return cached, "the cache"
     cold = _disk_warmed(s)
     if cold is not None:
+        later = [e for e in s.get("epochs") or [] if e["epoch"] > cold["epoch"]]
         return (f" Epoch {cold['epoch']} read {fmt_bytes(cold['disk_read_bytes'])} of the "
-                "dataset from disk; later epochs found its files in the kernel's page cache.",
-                "the page cache")
+                f"dataset from disk; {_later_reads(s, cold)}.",
+                "what the program kept" if kept_in_process(cold, later) else "the page cache")
     return "", ""
 
 
@@ -166,5 +194,5 @@ def slower_answer(s: Summary) -> tuple[str, str] | None:
     cold = _disk_warmed(s)
     if cold is not None and cold["epoch"] == n:
         text += (f" It read {fmt_bytes(cold['disk_read_bytes'])} of the dataset from disk; "
-                 "later epochs found its files in the kernel's page cache.")
+                 f"{_later_reads(s, cold)}.")
     return f"Why epoch {n} was slower", text

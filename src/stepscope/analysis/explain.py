@@ -12,7 +12,7 @@ from typing import Literal
 
 from stepscope.analysis import budget, epoch_one, thaw
 from stepscope.analysis.contracts_summary import EpochRow, MemorySection, PhaseAgg, Summary
-from stepscope.analysis.epoch_one import COLD_MIN_BYTES, epoch_was_cold
+from stepscope.analysis.epoch_one import COLD_MIN_BYTES, epoch_was_cold, kept_how, kept_in_process
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fmt import (
     fmt_bytes,
@@ -247,9 +247,9 @@ def cold_vs_warm(s: Summary) -> tuple[str, str] | None:
         text += " Later: " + "; ".join(_epoch_disk_line(e, starts.get(e["epoch"])) for e in later) + "."
         warm = all((e["disk_read_bytes"] or 0) <= 0.1 * max(1, e["rchar_bytes"] or 0)
                    for e in later)
-        if _kept_in_process(first, later):
+        if kept_in_process(first, later):
             text += (" Later epochs did not read the files again: the program kept what epoch "
-                     f"{first['epoch']} read, so the disk had nothing to do" + _kept_how(s) + ".")
+                     f"{first['epoch']} read, so the disk had nothing to do" + kept_how(s) + ".")
         elif warm:
             text += (" The program read every file again each epoch, but the kernel's page cache "
                      "served them from memory, so the disk had nothing to do.")
@@ -259,24 +259,6 @@ def cold_vs_warm(s: Summary) -> tuple[str, str] | None:
     if rates:
         text += " " + rates
     return "Why the disk was busy, then idle", text
-
-
-KEPT_READ_FRAC = 0.1  # a later epoch reading under 10 % of epoch 1's bytes kept its data
-
-
-def _kept_in_process(first: EpochRow, later: list[EpochRow]) -> bool:
-    """Every later epoch read (``rchar``: reads through any cache) under ``KEPT_READ_FRAC`` of
-    what the first read: the program, not the kernel, kept the data."""
-    read = first.get("rchar_bytes") or 0
-    return read > 0 and bool(later) and all(
-        e.get("rchar_bytes") is not None and (e["rchar_bytes"] or 0) <= KEPT_READ_FRAC * read
-        for e in later)
-
-
-def _kept_how(s: Summary) -> str:
-    """How the program kept it, where watch read how."""
-    return claim(s, "tf_data_cache", " (the tf.data pipeline caches: .cache(), as watch read the "
-                 "pipeline given to Model.fit, keeps its batches in the training process)")
 
 
 def _phase_read_rates(s: Summary, epoch: int) -> str:
@@ -406,12 +388,12 @@ def ram_inference(s: Summary) -> tuple[str, str] | None:
     ds, rss = (s.get("dataset") or {}).get("bytes"), _peak_process_bytes(s)
     peak = (f" The training process peaked at {fmt_bytes(rss)}; the dataset is {fmt_bytes(ds)}."
             if ds and rss is not None else "")
-    if _kept_in_process(first, epochs[1:]):
+    if kept_in_process(first, epochs[1:]):
         return ("Inference checked: \"after epoch 1 the images are in RAM\"",
                 f"Right, in the training process's own memory. In epoch {later['epoch']} the "
                 f"program read {fmt_bytes(later_rchar or 0)} of files (epoch {first['epoch']}: "
                 f"{fmt_bytes(first['rchar_bytes'])}): it kept what it had read"
-                + (_kept_how(s) or " (how, watch did not see)") + "." + peak
+                + (kept_how(s) or " (how, watch did not see)") + "." + peak
                 + " A dataset larger than free RAM would not fit there.")
     if not later_rchar or later_disk > 0.1 * later_rchar:
         return None
