@@ -67,3 +67,13 @@ def test_files_read_again_are_the_page_cache_as_before() -> None:
     assert "kept what" not in text
     text = ram_inference(_summary(20 * MB, cache=False))[1]  # type: ignore[index]
     assert text.startswith("Right about RAM, wrong about whose.")
+
+
+def test_the_trainers_feature_cache_is_named_where_it_served() -> None:
+    s = _summary(0, cache=None)
+    s["loader"] = None
+    for p in s["phases"]:
+        p["feature_cache"] = p["epoch"] > 1
+    text = cold_vs_warm(s)[1]  # type: ignore[index]
+    assert "the program kept what epoch 1 read, so the disk had nothing to do (the trainer's " \
+           "feature cache: the frozen trunk's features, computed once, fact featcache.used)." in text

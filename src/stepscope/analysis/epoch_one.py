@@ -81,7 +81,11 @@ def kept_in_process(first: EpochRow, later: list[EpochRow]) -> bool:
 
 
 def kept_how(s: Summary) -> str:
-    """How the program kept it, where watch read how."""
+    """How the program kept it, where the run measured how."""
+    later = [p for p in s.get("phases") or [] if p["epoch"] > 1 and p["phase"] == "train"]
+    if later and all(p.get("feature_cache") for p in later):
+        return (" (the trainer's feature cache: the frozen trunk's features, computed once, "
+                "fact featcache.used)")
     return claim(s, "tf_data_cache", " (the tf.data pipeline caches: .cache(), as watch read the "
                  "pipeline given to Model.fit, keeps its batches in the training process)")
 
