@@ -77,3 +77,22 @@ def test_the_trainers_feature_cache_is_named_where_it_served() -> None:
     text = cold_vs_warm(s)[1]  # type: ignore[index]
     assert "the program kept what epoch 1 read, so the disk had nothing to do (the trainer's " \
            "feature cache: the frozen trunk's features, computed once, fact featcache.used)." in text
+
+
+def test_a_cached_training_input_beside_validation_files_read_again() -> None:
+    """Training cached (its later phases read 0 B), validation reading its 4 MB of files every
+    epoch from the page cache: each epoch's reads are validation's, and the answers split them."""
+    s = _summary(4 * MB)
+    s["phases"] = [{"epoch": e, "phase": k, "rank": None, "dataset_resident_frac_start": r,
+                    "rchar_bytes": b, "disk_read_rate_bytes_per_s": None}
+                   for e, r in ((1, 0.0), (2, 1.0), (3, 1.0))
+                   for k, b in (("train", 16 * MB if e == 1 else 0), ("val", 4 * MB))]
+    text = cold_vs_warm(s)[1]  # type: ignore[index]
+    assert ("Later epochs' training read no files again: the program kept what it had read (the "
+            "tf.data pipeline caches") in text
+    assert "their validation read its files again, and the kernel's page cache served them" in text
+    assert "The program read every file again" not in text
+    text = ram_inference(s)[1]  # type: ignore[index]
+    assert text.startswith("Right for training, in the training process's own memory"), text
+    assert "Validation's files were read again every epoch (4.0 MB in epoch 3, 0 B of it from " \
+           "disk): the kernel's page cache kept those." in text

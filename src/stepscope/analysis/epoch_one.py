@@ -80,6 +80,17 @@ def kept_in_process(first: EpochRow, later: list[EpochRow]) -> bool:
         for e in later)
 
 
+def training_kept(s: Summary) -> bool:
+    """The training phases after the first read under ``KEPT_READ_FRAC`` of what the first
+    training phase read, which read files: a pipeline that caches its training input while its
+    validation reads its files again (each epoch's ``rchar`` then holds validation's alone)."""
+    rows = [p for p in s.get("phases") or [] if p["phase"] == "train" and p.get("rank") in (None, 0)]
+    read = (rows[0].get("rchar_bytes") or 0) if rows else 0
+    return read > 0 and len(rows) > 1 and all(
+        p.get("rchar_bytes") is not None and (p["rchar_bytes"] or 0) <= KEPT_READ_FRAC * read
+        for p in rows[1:])
+
+
 def kept_how(s: Summary) -> str:
     """How the program kept it, where the run measured how."""
     later = [p for p in s.get("phases") or [] if p["epoch"] > 1 and p["phase"] == "train"]

@@ -12,7 +12,13 @@ from typing import Literal
 
 from stepscope.analysis import budget, epoch_one, thaw
 from stepscope.analysis.contracts_summary import EpochRow, MemorySection, PhaseAgg, Summary
-from stepscope.analysis.epoch_one import COLD_MIN_BYTES, epoch_was_cold, kept_how, kept_in_process
+from stepscope.analysis.epoch_one import (
+    COLD_MIN_BYTES,
+    epoch_was_cold,
+    kept_how,
+    kept_in_process,
+    training_kept,
+)
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fmt import (
     fmt_bytes,
@@ -250,6 +256,10 @@ def cold_vs_warm(s: Summary) -> tuple[str, str] | None:
         if kept_in_process(first, later):
             text += (" Later epochs did not read the files again: the program kept what epoch "
                      f"{first['epoch']} read, so the disk had nothing to do" + kept_how(s) + ".")
+        elif warm and training_kept(s):
+            text += (" Later epochs' training read no files again: the program kept what it had "
+                     "read" + kept_how(s) + "; their validation read its files again, and the "
+                     "kernel's page cache served them, so the disk had nothing to do.")
         elif warm:
             text += (" The program read every file again each epoch, but the kernel's page cache "
                      "served them from memory, so the disk had nothing to do.")
@@ -400,6 +410,14 @@ def ram_inference(s: Summary) -> tuple[str, str] | None:
     resid = [p.get("dataset_resident_frac_start") for p in s.get("phases") or []
              if p["epoch"] == later["epoch"]]
     r = resid[0] if resid and resid[0] is not None else None
+    if training_kept(s):
+        return ("Inference checked: \"after epoch 1 the images are in RAM\"",
+                "Right for training, in the training process's own memory: its training phases "
+                "after the first read no files, it kept what it had read"
+                + (kept_how(s) or " (how, watch did not see)") + ". Validation's files were "
+                f"read again every epoch ({fmt_bytes(later_rchar)} in epoch {later['epoch']}, "
+                f"{fmt_bytes(later_disk)} of it from disk): the kernel's page cache kept those."
+                + peak)
     text = (f"Right about RAM, wrong about whose. In epoch {later['epoch']} the program read "
             f"{fmt_bytes(later['rchar_bytes'])} of files again (epoch {first['epoch']}: "
             f"{fmt_bytes(first['rchar_bytes'])}) but only {fmt_bytes(later['disk_read_bytes'])} "
