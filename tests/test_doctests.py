@@ -24,6 +24,7 @@ RUNNABLE = [
     "stepscope.analysis.doctor",
     "stepscope.analysis.fmt",
     "stepscope.analysis.gpu_identity",
+    "stepscope.analysis.spans",
     "stepscope.analysis.tune",
     "stepscope.analysis.verdicts",
     "stepscope.atomic",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from stepscope.analysis.contracts_summary import PhaseAgg, PhaseRow, RunHeader, Summary
 from stepscope.analysis.fmt import fmt_count, fmt_s
+from stepscope.analysis.spans import covered_s
 
 SHOWN_MIN_S = 0.05  # parts shorter than this are left out of the sentence
 
@@ -25,23 +26,19 @@ def checkpoints_in_overhead(agg: PhaseAgg) -> tuple[float, float] | None:
     return (inside, other_s) if seconds > 0 and inside > 0 and inside >= 0.5 * other_s else None
 
 
-def _own(s: Summary) -> list[PhaseRow]:
-    """This run's (this rank's) phases, in time order."""
+def own_phases(s: Summary) -> list[PhaseRow]:
+    """This run's (this rank's) phases, in the summary's order (the phases' own)."""
     rank = (s.get("run") or {}).get("rank")
-    rows = [p for p in s.get("phases") or [] if rank is None or p.get("rank") in (None, rank)]
-    return sorted(rows, key=lambda p: p["started"])
+    return [p for p in s.get("phases") or [] if rank is None or p.get("rank") in (None, rank)]
 
 
 def _union(rows: list[PhaseRow]) -> float:
     """Seconds covered by the phases' spans (Lightning's validation runs inside a training
     phase that stays open: its time is counted once)."""
-    total, end = 0.0, float("-inf")
-    for p in sorted(rows, key=lambda r: r["started"]):
-        lo, hi = max(p["started"], end), p["ended"]
-        if hi > lo:
-            total += hi - lo
-        end = max(end, hi)
-    return total
+    if not rows:
+        return 0.0
+    return covered_s(min(p["started"] for p in rows), max(p["ended"] for p in rows),
+                     [(p["started"], p["ended"]) for p in rows])
 
 
 def _kind(rows: list[PhaseRow], kind: str, seconds: float) -> tuple[str, str] | None:
@@ -74,7 +71,7 @@ def answer(s: Summary) -> tuple[str, str] | None:
     """"Where the run's time went", or None without a run length or any phase."""
     run = s.get("run") or {}
     started, seconds = run.get("started"), run.get("seconds")
-    rows = _own(s)
+    rows = sorted(own_phases(s), key=lambda p: p["started"])
     if started is None or not seconds or not rows:
         return None
     first, last = rows[0]["started"], max(p["ended"] for p in rows)

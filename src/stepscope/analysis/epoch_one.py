@@ -11,8 +11,10 @@ So the answer names the epochs apart, and the input finding says whose steps its
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from stepscope.analysis.budget import own_phases
 from stepscope.analysis.contracts_summary import EpochRow, PhaseRow, Summary
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fmt import fmt_bytes, fmt_pct, fmt_s, fmt_time
@@ -71,9 +73,9 @@ def first_epoch_only(s: Summary) -> FirstEpochOnly | None:
 KEPT_READ_FRAC = 0.1  # a later epoch reading under 10 % of epoch 1's bytes kept its data
 
 
-def kept_in_process(first: EpochRow, later: list[EpochRow]) -> bool:
-    """Every later epoch read (``rchar``: reads through any cache) under ``KEPT_READ_FRAC`` of
-    what the first read: the program, not the kernel, kept the data."""
+def kept_in_process(first: EpochRow | PhaseRow, later: Sequence[EpochRow | PhaseRow]) -> bool:
+    """Every later epoch (or phase) read (``rchar``: reads through any cache) under
+    ``KEPT_READ_FRAC`` of what the first read: the program, not the kernel, kept the data."""
     read = first.get("rchar_bytes") or 0
     return read > 0 and bool(later) and all(
         e.get("rchar_bytes") is not None and (e["rchar_bytes"] or 0) <= KEPT_READ_FRAC * read
@@ -84,11 +86,8 @@ def training_kept(s: Summary) -> bool:
     """The training phases after the first read under ``KEPT_READ_FRAC`` of what the first
     training phase read, which read files: a pipeline that caches its training input while its
     validation reads its files again (each epoch's ``rchar`` then holds validation's alone)."""
-    rows = [p for p in s.get("phases") or [] if p["phase"] == "train" and p.get("rank") in (None, 0)]
-    read = (rows[0].get("rchar_bytes") or 0) if rows else 0
-    return read > 0 and len(rows) > 1 and all(
-        p.get("rchar_bytes") is not None and (p["rchar_bytes"] or 0) <= KEPT_READ_FRAC * read
-        for p in rows[1:])
+    rows = [p for p in own_phases(s) if p["phase"] == "train"]
+    return bool(rows) and kept_in_process(rows[0], rows[1:])
 
 
 def kept_how(s: Summary) -> str:
@@ -176,8 +175,7 @@ def slower_answer(s: Summary) -> tuple[str, str] | None:
     phases' median pace and did not wait for data (that is :func:`answer`'s): how much longer it
     took than at their pace, against the seconds its warm-up steps took over steady ones, its
     steady steps against theirs, and its reads from disk where measured."""
-    rows = [p for p in s.get("phases") or [] if p["phase"] == "train" and p.get("images_per_s")
-            and p.get("rank") in (None, 0)]
+    rows = [p for p in own_phases(s) if p["phase"] == "train" and p.get("images_per_s")]
     if len(rows) < 2 or first_epoch_only(s) is not None:
         return None
     first, later = rows[0], rows[1:]

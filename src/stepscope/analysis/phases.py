@@ -29,6 +29,7 @@ from stepscope.analysis.contracts_summary import (
     StepSplitFields,
 )
 from stepscope.analysis.samples import SampleCache
+from stepscope.analysis.spans import covered_s
 from stepscope.analysis.verdicts import (
     MIN_STEADY_STEPS,
     InputEvidence,
@@ -267,14 +268,8 @@ def nested_seconds(records: list[PhaseRecord], totals: dict[int, PhaseTotals]
     for pid, (t0, t1, rank, kind) in windows.items():
         if kind != "train":
             continue
-        inner = sorted((max(a, t0), min(b, t1)) for a, b, r, k in windows.values()
-                       if k == "val" and r == rank and a < t1 and b > t0)
-        total, end = 0.0, t0
-        for a, b in inner:
-            a = max(a, end)
-            if b > a:
-                total += b - a
-                end = b
+        total = covered_s(t0, t1, [(a, b) for a, b, r, k in windows.values()
+                                    if k == "val" and r == rank])
         if total > 0:
             out[pid] = total
     return out

@@ -45,6 +45,7 @@ from stepscope.analysis.phases import (
 )
 from stepscope.analysis.ranks import add_rank_stores, own_processes
 from stepscope.analysis.samples import SampleCache
+from stepscope.analysis.spans import covered_s
 from stepscope.analysis.verdicts import decide_verdict, gpu_cross_check
 from stepscope.analysis.vocab import KERAS, framework_of, vocab
 from stepscope.atomic import atomic_write_text
@@ -185,13 +186,7 @@ def _assign_checkpoints(phases: list[PhaseRow], cache: SampleCache,
 
 def _uncovered(a: float, b: float, spans: list[tuple[float, float]]) -> float:
     """How much of ``[a, b]`` no span covers (spans may overlap: phases of other ranks)."""
-    left, covered = a, 0.0
-    for s0, s1 in sorted(spans):
-        lo, hi = max(s0, left), min(s1, b)
-        if hi > lo:
-            covered += hi - lo
-            left = hi
-    return max(0.0, (b - a) - covered)
+    return max(0.0, (b - a) - covered_s(a, b, spans))
 
 
 def _stage_ms(rows: list[PhaseRow], stage: str) -> float | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stepscope.analysis.budget import own_phases
 from stepscope.analysis.contracts_summary import ModelFacts, PhaseRow, Summary
 from stepscope.analysis.fmt import fmt_bytes, fmt_img_s, fmt_ms, fmt_ratio
 from stepscope.analysis.vocab import KERAS, framework_of
@@ -72,9 +73,8 @@ def thawed(model: ModelFacts | None, keras: bool) -> Thaw | None:
 
 
 def _train_rows(s: Summary) -> list[PhaseRow]:
-    return [p for p in s.get("phases") or []
-            if p["phase"] == "train" and p.get("compute_ms_per_image") is not None
-            and p.get("rank") in (None, 0)]
+    return [p for p in own_phases(s)
+            if p["phase"] == "train" and p.get("compute_ms_per_image") is not None]
 
 
 def _compute_ms(rows: list[PhaseRow]) -> float:

@@ -142,9 +142,8 @@ def rss_bytes() -> int | None:
 def _baseline(rec: Recorder, what: str) -> None:
     rss = rss_bytes()
     if rss is not None:
-        rec.rss_marks["import"] = rss
-        rec.fact("mem.runtime_baseline_bytes", rss,
-                 f"watch: process RSS right after importing {what} (interpreter + libraries)")
+        rec.runtime_baseline(rss, f"watch: process RSS right after importing {what} "
+                                  "(interpreter + libraries)")
 
 
 def mark_rss(rec: Recorder, moment: str) -> None:

@@ -198,7 +198,7 @@ class Recorder:
         self._cb_copy: tuple[float, float] | None = None  # (start, seconds) before batch begin
         self._cb_outer: tuple[PhaseState | None, Callable[[int, int], int]] | None = None
         self.at_exit_hooks: list[Callable[[float], None]] = []  # e.g. the loop tracker's flush
-        self.rss_marks: dict[str, int] = {}  # RSS at named moments (Keras's memory ledger)
+        self.rss_marks: dict[str, int] = {}  # RSS at named moments (the memory ledgers')
         self._saving = False  # a checkpoint write is being timed (timed_save)
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -245,6 +245,13 @@ class Recorder:
         save.__name__, save.__doc__ = orig.__name__, orig.__doc__
         save.__wrapped__ = orig  # type: ignore[attr-defined]
         return save
+
+    def runtime_baseline(self, rss: int, how: str) -> None:
+        """RSS once a framework finished importing: the memory ledger's baseline (fact
+        ``mem.runtime_baseline_bytes``) and the mark later RSS growth is measured from. A
+        framework imported on top of another sends it again; the last one covers both."""
+        self.rss_marks["import"] = rss
+        self.fact("mem.runtime_baseline_bytes", rss, how)
 
     def checkpoint_written(self, end: float, seconds: float) -> None:
         """One checkpoint write that ended at ``end`` (Unix time) after ``seconds``."""

@@ -82,10 +82,9 @@ def runtime_baseline(rec: Recorder, module: str, above: str = "") -> None:
     ``above``; the store keeps the last one, which covers both."""
     baseline = memory.status_bytes("VmRSS")
     if baseline is not None:
-        rec.rss_marks["import"] = baseline
-        rec.fact("mem.runtime_baseline_bytes", baseline,
-                 f"watch: the process's RSS when `import {module}` finished (interpreter, "
-                 f"{above}{module} and what the script imported before it)")
+        rec.runtime_baseline(baseline, f"watch: the process's RSS when `import {module}` "
+                             f"finished (interpreter, {above}{module} and what the script "
+                             "imported before it)")
 
 
 def _phase_now(torch: ModuleType, rec: Recorder, hint: str) -> str:
