@@ -271,3 +271,19 @@ def test_a_model_that_augments_itself_is_told_its_trunk_sees_new_images() -> Non
     assert got is not None and "without the model's augmentation layers (RandomFlip" in got[1]
     got = train_vs_val({**s, "model": {**model, "augment_layers": None}})
     assert got is not None and "augmentation layers" not in got[1]
+
+
+def test_compute_bound_fix_offers_what_the_run_has_not_tried_in_its_frameworks_words() -> None:
+    """bf16 already on (a Lightning Trainer(precision="bf16-mixed"), read at its first layer)
+    leaves channels_last to offer; an fp32 Lightning run is told Lightning's argument."""
+    from stepscope.analysis.findings import _compute_fix
+
+    lightning: Any = {"loader": {"framework": "lightning"}}
+    fix, gain = _compute_fix({"precision": "bf16", "channels_last": False}, lightning)
+    assert fix.startswith("already uses bf16 autocast: channels_last, a larger batch") \
+        and gain is None, fix
+    fix, gain = _compute_fix({"precision": "fp32", "channels_last": False}, lightning)
+    assert fix.startswith('Trainer(precision="bf16-mixed") and channels_last, a larger batch') \
+        and gain, fix
+    fix, _ = _compute_fix({"precision": "fp32", "channels_last": True})
+    assert fix.startswith("already uses channels_last: bf16 autocast, a larger batch"), fix

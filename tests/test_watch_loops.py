@@ -303,3 +303,22 @@ def test_the_compute_advice_leaves_out_what_the_loop_already_does(
         assert fix.startswith("already uses bf16 autocast and channels_last"), fix
     else:
         assert fix.startswith("bf16 autocast and channels_last"), fix
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32"])
+def test_lightning_precision_is_read_and_advised_in_its_trainers_words(
+        tmp_path: Path, precision: str) -> None:
+    """Planted: a compute-bound LightningModule under Trainer(precision=...). Lightning enters
+    autocast inside its step, after the batch-start hook: the precision is read at the first
+    layer with weights, and the advice offers bf16 through Lightning's argument, or, already
+    on, channels_last (its batches are not)."""
+    _, summary = _run(tmp_path, "lightning_precision.py", precision)
+    assert _verdict(summary) == "compute-bound"
+    assert summary["loader"]["framework"] == "lightning"
+    bf16 = precision == "bf16-mixed"
+    assert (summary["model"]["precision"], summary["model"]["channels_last"]) == \
+        ("bf16" if bf16 else "fp32", False)
+    fix = next(f["fix"] for f in summary["findings"] if f["id"] == "compute_bound_train")
+    assert fix.startswith("already uses bf16 autocast: channels_last, a larger batch" if bf16
+                          else 'Trainer(precision="bf16-mixed") and channels_last'), fix

@@ -414,17 +414,26 @@ def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
              True: f"with the trunk frozen ({model.get('trainable_params') or 0:,} of "
                    f"{model.get('params') or 0:,} parameters trainable) precompute its features "
                    f"once{_frozen_until(model, keras=False)}"}[frozen]
-    tried = [x for x, used in (("bf16 autocast", model.get("precision") == "bf16"),
-                               ("channels_last", model.get("channels_last") is True)) if used]
+    loop = (summary.get("loader") or {}).get("framework") if summary is not None else None
+    hf = summary is not None and framework_of(summary) == HF
+    # how the script turns bf16 on: the Trainer's argument where its framework owns autocast
+    bf16 = ("TrainingArguments(bf16=True)" if hf else
+            'Trainer(precision="bf16-mixed")' if loop == "lightning" else "bf16 autocast")
+    layout = model.get("channels_last")
+    # channels_last is an image model's (its 4-D input): a Trainer's is offered it only where
+    # watch read an image batch
+    ways = [("bf16 autocast", bf16, model.get("precision") == "bf16")] + \
+        ([] if hf and layout is None else [("channels_last", "channels_last", layout is True)])
+    tried = [name for name, _, used in ways if used]
+    left = [how for _, how, used in ways if not used]
     if not tried:
-        lead = ("TrainingArguments(bf16=True), a larger per_device_train_batch_size"
-                if summary is not None and framework_of(summary) == HF
-                else "bf16 autocast and channels_last, a larger batch")
+        lead = (f"{bf16}, a larger per_device_train_batch_size" if hf
+                else f"{' and '.join(left)}, a larger batch")
         return (lead + (f", or {trunk}" if trunk else ""),
                 "bf16 measured 2.8× for InceptionResNetV2 on a CPU with AVX-512 BF16")
     cached = "" if frozen is False else ", or (frozen trunk, no augmentation) cached features"
-    return (f"already uses {' and '.join(tried)}: a larger batch, a smaller input size, a "
-            f"lighter backbone{cached}; or a GPU", None)
+    return (f"already uses {' and '.join(tried)}: {''.join(f'{w}, ' for w in left)}a larger "
+            f"batch, a smaller input size, a lighter backbone{cached}; or a GPU", None)
 
 
 def gpu_util_findings(by_phase: dict[str, PhaseAgg]) -> list[Finding]:

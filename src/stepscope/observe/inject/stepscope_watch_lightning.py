@@ -22,7 +22,9 @@ gradients and optimizer state at the first one, inside Lightning's loop too. Two
 hides from those hooks come from here: the model (the LightningModule being fit; Lightning sets
 ``.training`` itself instead of calling ``Module.train``) and each training batch's arrival at
 the batch-start hook (its DataLoader is not timed inside the loop), where saved-for-backward
-counting and the step peak's VmHWM reset begin, as at a plain loop's batch arrival.
+counting and the step peak's VmHWM reset begin, as at a plain loop's batch arrival, and where
+the torch hooks start reading the precision (``Trainer(precision="bf16-mixed")`` enters autocast
+around ``training_step``, after this hook) and the batch's layout.
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ def install(pl: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -
 
 def _framework_loop(orig: Callable[..., Any], rec: Recorder) -> Callable[..., Any]:
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if rec.owner() and rec.once("lightning"):
+            # its precision is a Trainer argument: the advice names it (analysis/findings.py)
+            rec.fact("loop.framework", "lightning", "watch: the script called Lightning's "
+                     f"Trainer.{wrapper.__name__}")
         rec.framework_depth += 1
         try:
             return orig(self, *args, **kwargs)
@@ -140,7 +146,8 @@ def _callback_class(pl: ModuleType, rec: Recorder, count_images: Callable[[Any],
 
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
                                  batch_idx: int) -> None:
-            rec.train_batch_arrived()  # before the step's forward: the ledger's first step
+            # before the step's forward (and its autocast): the ledger's first step, the precision
+            rec.train_batch_arrived(batch)
             rec.cb_batch_begin(batch_idx)
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,

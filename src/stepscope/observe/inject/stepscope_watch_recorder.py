@@ -186,7 +186,7 @@ class Recorder:
         self.roots: weakref.WeakSet[Any] = weakref.WeakSet()
         # The torch hooks' first-step memory measurement (saved for backward, step peak) starts
         # here; a framework loop whose batches bypass the timed DataLoader calls it per batch.
-        self.train_batch_arrived: Callable[[], None] = lambda: None
+        self.train_batch_arrived: Callable[[Any], None] = lambda batch: None
         self.periodic: list[Callable[[], None]] = []
         self._last_periodic = clock()
         self._sent: set[str] = set()

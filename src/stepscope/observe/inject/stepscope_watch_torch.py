@@ -63,9 +63,7 @@ def install(torch: ModuleType, rec: Recorder, count_images: Callable[[Any], int]
     rec.at_exit_hooks.append(loop.flush)
     runtime_baseline(rec, "torch")
     ledger = memory.TorchLedger(torch, rec)
-    peak = ledger.peak
-    rec.train_batch_arrived = peak.batch_arrived  # a framework loop's training batch (Lightning)
-    _patch_loader(torch, rec, loop, count_images, loop_module.IterState, peak)
+    _patch_loader(torch, rec, loop, count_images, loop_module.IterState, ledger.peak)
     _patch_module_mode(torch, rec)
     _patch_transfers(torch, rec, loop)
     _hook_body(torch, rec, loop, ledger)
@@ -118,6 +116,16 @@ def _patch_loader(torch: ModuleType, rec: Recorder, loop: LoopTracker,
     orig_next = dl._BaseDataLoaderIter.__next__
     outer = {"depth": 0}  # > 0 inside a subclass iterator's __next__: it is the one timed
     forward = _ForwardSignal(torch, rec, loop)
+
+    def framework_batch(batch: Any) -> None:
+        # A framework loop's training batch (Lightning's batch-start hook): its batches bypass
+        # the timed DataLoader and it enters autocast inside its step, so the step's memory
+        # measurement starts here and the precision is read at its first layer with weights.
+        peak.batch_arrived()
+        if forward.precision.pending:
+            forward.precision.start((_first_tensor(torch, batch),))
+
+    rec.train_batch_arrived = framework_batch
 
     def track(loader: Any, it: Any, t0: float) -> None:
         with contextlib.suppress(Exception):  # discovery is a nicety
@@ -253,6 +261,14 @@ class _ForwardSignal:
         if self.precision.pending and self.torch.is_grad_enabled() \
                 and self.rec.framework_depth == 0:
             self.precision.start(args)
+
+
+def _first_tensor(torch: ModuleType, batch: Any) -> Any:
+    """A batch's first tensor: itself, or the first in a tuple, list or dict (the inputs, as
+    datasets put them before their labels)."""
+    items = batch.values() if isinstance(batch, dict) else \
+        batch if isinstance(batch, (list, tuple)) else (batch,)
+    return next((x for x in items if isinstance(x, torch.Tensor)), None)
 
 
 class _PrecisionProbe:
