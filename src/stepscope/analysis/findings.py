@@ -31,6 +31,7 @@ from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
 from stepscope.analysis.vocab import (
     HF,
     KERAS,
+    PYTORCH,
     framework_of,
     keras_bf16_pays,
     keras_checkpoint_fix,
@@ -414,11 +415,8 @@ def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
              True: f"with the trunk frozen ({model.get('trainable_params') or 0:,} of "
                    f"{model.get('params') or 0:,} parameters trainable) precompute its features "
                    f"once{_frozen_until(model, keras=False)}"}[frozen]
-    loop = (summary.get("loader") or {}).get("framework") if summary is not None else None
-    hf = summary is not None and framework_of(summary) == HF
-    # how the script turns bf16 on: the Trainer's argument where its framework owns autocast
-    bf16 = ("TrainingArguments(bf16=True)" if hf else
-            'Trainer(precision="bf16-mixed")' if loop == "lightning" else "bf16 autocast")
+    framework = framework_of(summary) if summary is not None else PYTORCH
+    hf, bf16 = framework == HF, vocab(framework).bf16
     layout = model.get("channels_last")
     # channels_last is an image model's (its 4-D input): a Trainer's is offered it only where
     # watch read an image batch

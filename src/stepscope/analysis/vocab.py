@@ -11,7 +11,7 @@ a PyDataset run about ``workers``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from stepscope.analysis.contracts_summary import InputFacts, LoaderFacts
@@ -21,6 +21,8 @@ KERAS = "keras"
 # Hugging Face's Trainer: a PyTorch loop whose DataLoaders, precision and checkpoints are set
 # through TrainingArguments, so its fixes name those arguments.
 HF = "transformers"
+# Lightning's Trainer: a PyTorch loop (the user's DataLoaders) whose precision is its argument.
+LIGHTNING = "lightning"
 # Words a Keras run's explanation, report and findings must never contain.
 PYTORCH_ONLY_WORDS = ("DataLoader", "num_workers", "pin_memory", "prefetch_factor", "autocast",
                       "channels_last", "non_blocking", ".item()")
@@ -36,8 +38,7 @@ class Vocab:
     moderate_wait_fix: str      # a data wait under the input-bound threshold
     transfer_fix: str
     overhead_fix: str
-    bf16: str                   # how to run in bfloat16
-    bf16_tried: str             # the same, as already used
+    bf16: str                   # how to run in bfloat16 (the compute advice; Keras's its own)
     checkpoint_fix: str         # checkpoint writes that take a material share of the run
     # The PyTorch loader's knobs (a Keras run words its own input: keras_* below).
     workers_change: str = "DataLoader(..., num_workers={n})"
@@ -58,8 +59,7 @@ TABLE: dict[str, Vocab] = {
                      "device (4× fewer bytes than float32)",
         overhead_fix="log and compute metrics every N steps; avoid per-step .item()/.cpu() "
                      "(each is a device sync); move Python work out of the loop",
-        bf16="bf16 autocast and channels_last",
-        bf16_tried="bf16 autocast",
+        bf16="bf16 autocast",
         checkpoint_fix="save only the trainable part (a frozen trunk need not be written each "
                        "epoch), or write in a background thread",
     ),
@@ -78,7 +78,6 @@ TABLE: dict[str, Vocab] = {
         overhead_fix="keep callbacks free of per-batch work (async_safe, no per-batch "
                      "logging); verbose=2 instead of the per-batch progress bar",
         bf16='keras.mixed_precision.set_global_policy("mixed_bfloat16")',
-        bf16_tried="mixed_bfloat16",
         checkpoint_fix="save every N epochs (ModelCheckpoint's save_freq, in batches)",
     ),
     HF: Vocab(
@@ -93,7 +92,6 @@ TABLE: dict[str, Vocab] = {
         overhead_fix="log less often (TrainingArguments(logging_steps=...)) and keep callbacks "
                      "free of per-step work (each .item() is a device sync)",
         bf16="TrainingArguments(bf16=True)",
-        bf16_tried="bf16=True",
         checkpoint_fix="save less often (TrainingArguments(save_strategy=\"epoch\", or a larger "
                        "save_steps)), or TrainingArguments(save_only_model=True) where resuming "
                        "needs no optimizer state",
@@ -108,11 +106,16 @@ TABLE: dict[str, Vocab] = {
 }
 
 
+TABLE[LIGHTNING] = replace(TABLE[PYTORCH], framework=LIGHTNING,
+                          bf16='Trainer(precision="bf16-mixed")')
+
+
 def framework_of(summary: Mapping[str, Any]) -> str:
     """``keras`` when the watch hook saw Keras run the loop, ``transformers`` a Hugging Face
-    ``Trainer``, else ``pytorch``."""
+    ``Trainer``, ``lightning`` a Lightning ``Trainer``, else ``pytorch``."""
     loop = (summary.get("loader") or {}).get("framework")
-    return KERAS if loop in ("keras", "tf.keras") else HF if loop == HF else PYTORCH
+    return KERAS if loop in ("keras", "tf.keras") else loop if loop in (HF, LIGHTNING) \
+        else PYTORCH
 
 
 def vocab(framework: str | None) -> Vocab:
