@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis.fixes import STAGE_WORDS
+from stepscope.analysis.fixes import STAGE_REMEDY, STAGE_WORDS
 from stepscope.analysis.summary import write_summary
 from stepscope.observe.blkio import BlkioThrottle, blkio_available
 from stepscope.observe.disk import block_device_for
@@ -111,7 +111,8 @@ def test_cores_saturated_by_augmentation_is_cpu_and_never_more_workers(
     planted, ms = ("decode", 12) if spawn else ("item", 24)
     stages = phase(s, 1)["loader"]["stage_ms_per_image"]
     assert stages[planted] >= 0.9 * ms, stages  # wall time: at least the CPU planted
-    assert f"{STAGE_WORDS[planted]} costs the most per image" in fix_of(s)
+    assert f"{STAGE_WORDS[planted]} costs the most per image ({STAGE_REMEDY[planted]})" \
+        in fix_of(s)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -117,7 +117,7 @@ def test_spawned_workers_get_a_picklable_init_that_installs_the_hooks(
 
     # Stand-in hooks: this process's real torch/PIL must stay unpatched.
     hooked: list[str] = []
-    monkeypatch.setattr(impl, "_hook_table", lambda: {"os": lambda m: hooked.append(m.__name__)})
+    monkeypatch.setattr(impl, "library_hooks", lambda: {"os": lambda m: hooked.append(m.__name__)})
 
     seen: list[object] = []
     start = impl._hooking_spawned_workers(lambda it, loader: seen.append(loader.worker_init_fn))
@@ -181,3 +181,49 @@ def test_no_folder_no_thread_rows() -> None:
     with ws.ThreadTimer(items=1):
         pass  # not watched: nothing recorded, nothing fails
     assert ws.read_threads() == before
+
+
+PIL_LOADER = """
+import io, sys, time
+import numpy as np
+from PIL import Image
+from stepscope.observe import stages
+from stepscope.observe.inject import stepscope_watch_stage_hooks as hooks
+
+stages.set_folder(sys.argv[1])
+buf = io.BytesIO()
+rng = np.random.default_rng(0)
+Image.fromarray(rng.integers(0, 255, (1024, 1024, 3), dtype=np.uint8)).save(buf, "JPEG")
+data = buf.getvalue()
+t0 = time.thread_time()
+Image.open(io.BytesIO(data)).convert("RGB")
+decode = time.thread_time() - t0
+big = Image.open(io.BytesIO(data)).convert("RGB")
+t0 = time.thread_time()
+big.resize((64, 64), Image.Resampling.LANCZOS)
+resize = time.thread_time() - t0
+import PIL.ImageFile
+for name, install in hooks.library_hooks().items():
+    if name in sys.modules:
+        install(sys.modules[name])
+# as torchvision's pil_loader and a dataset's own resize write it
+img = Image.open(io.BytesIO(data)).convert("RGB").resize((64, 64), Image.Resampling.LANCZOS)
+print(decode, resize)
+"""
+
+
+def test_pil_decode_and_resize_are_their_stages(tmp_path: Path) -> None:
+    """A JPEG opened, converted and resized as a dataset's __getitem__ writes it: the pixels
+    are decoded in ImageFile.load (an override of Image.load, which decodes nothing) and the
+    resize is a transform; each stage holds at least most of that work timed alone."""
+    import subprocess
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    out = subprocess.run([sys.executable, "-c", PIL_LOADER, str(tmp_path)], check=True,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": src}).stdout
+    decode, resize = map(float, out.split())
+    (board,) = stages.read_boards(tmp_path).values()
+    assert board.stage_calls["transform"] == 1  # open (a buffer: parsing) and load count decode
+    assert board.stage_s["decode"] >= 0.6 * decode, (board.stage_s, decode)
+    assert board.stage_s["transform"] >= 0.6 * resize, (board.stage_s, resize)

@@ -85,7 +85,9 @@ Image.new("RGB", (16, 16), (90, 120, 200)).save(_PNG, format="PNG")
 
 
 class CostlyBuffer(io.BytesIO):
-    """An encoded image whose decoding costs ``ms`` of CPU (paid on the decoder's first read)."""
+    """An encoded image whose decoding costs ``ms`` of CPU, paid on the first read once armed
+    (``ms`` set after ``Image.open`` has read the header: PIL decodes the pixels later, in
+    ``ImageFile.load``, which ``convert`` calls)."""
 
     def __init__(self, data: bytes, ms: float) -> None:
         super().__init__(data)
@@ -130,7 +132,10 @@ def item(i: int, cfg: dict[str, Any]) -> tuple[torch.Tensor, int]:
     if cfg.get("item_burn_ms"):
         burn(cfg["item_burn_ms"])
     if cfg.get("item_decode_burn_ms"):
-        Image.open(CostlyBuffer(_PNG.getvalue(), cfg["item_decode_burn_ms"])).load()
+        buf = CostlyBuffer(_PNG.getvalue(), 0.0)
+        img = Image.open(buf)  # the header only, as torchvision's pil_loader
+        buf.ms = cfg["item_decode_burn_ms"]
+        img.convert("RGB")
     if cfg.get("slow_item") == i:
         time.sleep(cfg["slow_s"])
     if cfg.get("big"):

@@ -15,6 +15,16 @@ from stepscope.analysis.vocab import PYTORCH, TABLE, Vocab
 STAGE_WORDS = {"read": "reading the file", "decode": "decoding",
                "transform": "transforming/augmenting",
                "item": "the dataset's own per-item code (outside read, decode and transforms)"}
+# What makes the costliest stage cheaper (None: the stages were not told apart).
+STAGE_REMEDY = {
+    "read": "keep the files in RAM or on local storage, or store smaller pre-resized files",
+    "decode": "store smaller pre-resized files, decode JPEGs at reduced size (PIL's "
+              "Image.draft), or cache the decoded resized images",
+    "transform": "cheaper augmentation, augment on the GPU, or cache the decoded resized images "
+                 "and augment those",
+    "item": "profile __getitem__ and make its own work cheaper, or cache what it computes",
+    None: "cheaper augmentation, augment on the GPU, cache decoded resized images",
+}
 
 
 def _pred(agg: PhaseAgg, prefix: str) -> PredictionRow | None:
@@ -69,8 +79,8 @@ def capacity_fix(agg: PhaseAgg, words: Vocab = TABLE[PYTORCH]) -> tuple[str, str
         costly = STAGE_WORDS.get(stage or "", "loading")
         return (f"the cores this job can get ({cap.get('obtainable_cores') or 0:.1f} of its "
                 f"{cap.get('job_cores') or '?'}) are taken; more workers would not help. Make "
-                f"each image cheaper: {costly} costs the most per image (cheaper augmentation, "
-                "augment on the GPU, cache decoded resized images)",
+                f"each image cheaper: {costly} costs the most per image "
+                f"({STAGE_REMEDY.get(stage, STAGE_REMEDY[None])})",
                 _cheapest(agg, stage or "transform", sure))
     if cause == "storage":
         return ("the loaders wait on the disk: keep the dataset in RAM or on faster local "

@@ -164,11 +164,10 @@ def _install(fd_text: str | None) -> None:
         "subprocess": lambda m: stepscope_watch_dist.report_child_exits(m, rec),
         "tensorflow": tensorflow_hook,
         "jax": lambda m: imported("jax"),
-        # Loader stages inside the training process and its forked workers.
-        "PIL.Image": stage_hooks.install_pil,
-        "cv2": stage_hooks.install_cv2,
-        "torchvision": stage_hooks.install_torchvision,
     }
+    # Loader stages inside the training process and its forked workers (torch's own hook above
+    # installs them with the rest).
+    hooks.update({k: v for k, v in stage_hooks.library_hooks().items() if k not in hooks})
     imports.PostImportFinder(hooks, on_error).install()
 
 

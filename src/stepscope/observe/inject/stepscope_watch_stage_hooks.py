@@ -8,8 +8,9 @@ when ``STEPSCOPE_STAGES_DIR`` is set and a dictionary lookup when it is not.
 
 - torch: ``_MapDatasetFetcher.fetch`` / ``_IterableDatasetFetcher.fetch`` (one batch: every
   ``dataset[i]`` plus ``collate_fn``), the fetcher's ``collate_fn`` and ``pin_memory``.
-- PIL: ``Image.open`` (read, with the file's size when given a path) and ``Image.Image.load``
-  (decode).
+- PIL: ``Image.open`` (read, with the file's size when given a path),
+  ``ImageFile.ImageFile.load`` (decode) and ``Image.resize``/``rotate``/``transpose``/``filter``
+  (transform).
 - OpenCV: ``cv2.imread`` (read + decode, counted as decode, with the file's size) and
   ``cv2.imdecode`` (decode).
 - torchvision: ``io.read_file`` (read), ``io.decode_*`` (decode), ``transforms.Compose.__call__``
@@ -82,7 +83,7 @@ class WorkerHooks:
         try:
             imports = importlib.import_module(
                 f"{package}.stepscope_watch_imports" if package else "stepscope_watch_imports")
-            imports.PostImportFinder(_hook_table(), lambda name, exc: None).install()
+            imports.PostImportFinder(library_hooks(), lambda name, exc: None).install()
         except Exception:
             pass
         if self.init_fn is not None:
@@ -147,7 +148,8 @@ def _timed_fetch(orig: Any) -> Any:
 
 
 def install_pil(pil_image: Any) -> None:
-    """``PIL.Image``: open reads (a path) or parses (a buffer); load decodes."""
+    """``PIL.Image``: open reads (a path) or parses (a buffer); the decode is ``ImageFile``'s
+    (``install_pil_file``)."""
     orig_open = pil_image.open
     if getattr(orig_open, "_stepscope_stage", None):
         return
@@ -159,7 +161,21 @@ def install_pil(pil_image: Any) -> None:
 
     open_._stepscope_stage = "read"  # type: ignore[attr-defined]
     pil_image.open = open_
-    pil_image.Image.load = timed("decode", pil_image.Image.load)
+    # a dataset's own geometry and filters, outside torchvision's Compose (nested inside it,
+    # each stage keeps its own time)
+    for name in PIL_TRANSFORMS:
+        setattr(pil_image.Image, name, timed("transform", getattr(pil_image.Image, name)))
+
+
+PIL_TRANSFORMS = ("resize", "rotate", "transpose", "filter")
+
+
+def install_pil_file(pil_image_file: Any) -> None:
+    """``PIL.ImageFile``: an opened file's pixels are decoded in ``ImageFile.load`` (which
+    ``convert``, ``resize`` and ``numpy.asarray`` call), an override of ``Image.load``, which
+    decodes nothing: timing that one left every JPEG's decode in the item's own time."""
+    cls = pil_image_file.ImageFile
+    cls.load = timed("decode", cls.load)
 
 
 def install_cv2(cv2: Any) -> None:
@@ -192,15 +208,17 @@ def install_torchvision(tv: ModuleType) -> None:
             compose.forward = timed("transform", compose.forward)
 
 
-def _hook_table() -> dict[str, Callable[[Any], None]]:
-    return {"torch": install_torch, "PIL.Image": install_pil, "cv2": install_cv2,
+def library_hooks() -> dict[str, Callable[[Any], None]]:
+    """Each hooked library's module name, with what installs its hooks."""
+    return {"torch": install_torch, "PIL.Image": install_pil,
+            "PIL.ImageFile": install_pil_file, "cv2": install_cv2,
             "torchvision": install_torchvision}
 
 
 def install_loaded(modules: dict[str, ModuleType]) -> list[str]:
     """Install every hook whose library is already imported; the names of those installed."""
     done: list[str] = []
-    for name, install in _hook_table().items():
+    for name, install in library_hooks().items():
         mod = modules.get(name)
         if mod is None:
             continue
