@@ -296,3 +296,18 @@ def test_only_epoch_one_waited_names_the_trainers_feature_cache() -> None:
     assert "Later epochs ran from the trainer's feature cache" in _text(epoch_one.answer, s)
     assert input_finding(s["by_phase"]["train"], cores=2, summary=s)["expected_gain"] \
         .endswith(", in epoch 1 only: later epochs read the feature cache")
+
+
+def test_system_only_reads_say_what_each_byte_counter_counts() -> None:
+    """A script that failed before its loop, from a dropped page cache: the import's mapped
+    libraries came from disk (read_bytes: 1.2 GB) while read calls took 59 MB (rchar), so "of
+    it from disk" would be a subset larger than its whole."""
+    from stepscope.analysis.explain import _system_only
+
+    s: Any = {"system": {"cpu_util_pct": 52.0, "cpu_util_max_pct": 100.0,
+                         "tree_rchar_bytes": 59e6, "tree_read_bytes": 1.2e9}}
+    text = _system_only(s)
+    assert "of it from disk" not in text and "59 MB through read calls and 1.2 GB from disk" \
+        in text, text
+    s["system"]["tree_read_bytes"] = 20e6
+    assert "read 59 MB of files, 20 MB of it from disk" in _system_only(s)

@@ -148,9 +148,16 @@ def _system_only(s: Summary) -> str:
     sysf = s.get("system") or {}
     parts = [f"host CPU averaged {fmt_pct_value(sysf.get('cpu_util_pct'))} "
              f"(peak {fmt_pct_value(sysf.get('cpu_util_max_pct'))})"]
-    if sysf.get("tree_rchar_bytes") is not None:
-        parts.append(f"the processes read {fmt_bytes(sysf['tree_rchar_bytes'])} of files, "
-                     f"{fmt_bytes(sysf.get('tree_read_bytes'))} of it from disk")
+    rchar, disk = sysf.get("tree_rchar_bytes"), sysf.get("tree_read_bytes")
+    if rchar is not None and disk is not None and disk > rchar:
+        # read_bytes counts pages faulted in from mapped files (the libraries an import maps)
+        # where rchar counts only read() calls: more from disk than read is not a contradiction
+        parts.append(f"the processes read {fmt_bytes(rchar)} through read calls and "
+                     f"{fmt_bytes(disk)} from disk (/proc/PID/io: mapped files, such as the "
+                     "libraries an import loads, count there only)")
+    elif rchar is not None:
+        parts.append(f"the processes read {fmt_bytes(rchar)} of files, "
+                     f"{fmt_bytes(disk)} of it from disk")
     if sysf.get("tree_rss_max_bytes") is not None:
         parts.append(f"their memory peaked at {fmt_bytes(sysf['tree_rss_max_bytes'])} (RSS)")
     if sysf.get("gpu_util_pct") is not None:
