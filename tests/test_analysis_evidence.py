@@ -118,7 +118,12 @@ def test_augmentation_claims_need_a_known_augmentation() -> None:
     watched = _without(s, "run.augmented")  # a watched script: augmentation unknown
     assert "augment" not in _text(train_vs_val, watched)
     assert "only the augmentation is skipped" in _text(val_inference, s)
+    assert "That is part of why validation is faster" in _text(val_inference, s)
     assert "augmentation" not in _text(val_inference, watched)
+    # without the skipped augmentation measured, "that" would point at nothing: a Keras fit on
+    # arrays validates faster because it runs the forward pass alone
+    assert "That is" not in _text(val_inference, watched)
+    assert "Validation is faster for what it computes" in _text(val_inference, watched)
 
 
 def test_gpu_idle_claim_needs_a_measured_gpu() -> None:
