@@ -222,7 +222,17 @@ def test_a_hugging_face_trainer_is_advised_in_training_arguments() -> None:
                                "dataloader_prefetch_factor)"), f["fix"]
     assert "TrainingArguments(save_strategy=" in checkpoint_findings(hf)[0]["fix"]
     assert _compute_fix({"precision": None}, hf)[0].startswith("TrainingArguments(bf16=True)")
+    # the main process collating (workers=0): the Trainer's argument moves its data_collator
+    busy = _agg(input_cause="main-process", input_evidence=["collate 40 ms a batch"],
+                capacity={"job_cores": 2}, loader={"workers": 0})
+    f = input_finding(busy, cores=2, summary=hf)
+    assert f is not None and f["fix"].startswith(
+        "the training process does the loader's per-batch work itself: "
+        "TrainingArguments(dataloader_num_workers=N)"), f["fix"]
+    assert "num_workers ≥" not in f["fix"] and "collate_fn" not in f["fix"]
     torch: Any = {**hf, "loader": {"framework": None}}
+    f = input_finding(busy, cores=2, summary=torch)
+    assert f is not None and "(num_workers ≥ 1 runs collate_fn there)" in f["fix"], f["fix"]
     f = input_finding(_agg(), cores=2, summary=torch)
     assert f is not None and f["fix"].startswith("raise DataLoader workers 0 → 2")
     assert "TrainingArguments" not in checkpoint_findings(torch)[0]["fix"]

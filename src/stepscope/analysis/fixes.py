@@ -71,9 +71,7 @@ def capacity_fix(agg: PhaseAgg, words: Vocab = TABLE[PYTORCH]) -> tuple[str, str
                 "each batch; if other processes share its cores give it more CPU, otherwise "
                 "send fewer, larger tensors per batch", f"no capacity prediction; {sure}")
     if cause == "main-process":
-        return ("the training process does the loader's per-batch work itself: move collate into "
-                "workers (num_workers ≥ 1 runs collate_fn there), make collate_fn cheaper, or "
-                "drop pin_memory if the copy is not asynchronous", _cheapest(agg, "collate", sure))
+        return words.main_process_fix, _cheapest(agg, "collate", sure)
     if cause == "cpu":
         stage = _costliest_stage(loader)
         costly = STAGE_WORDS.get(stage or "", "loading")

@@ -46,6 +46,10 @@ class Vocab:
     more_workers: str = "raise DataLoader workers {w} → {t} (and prefetch_factor)"
     workers_cause: str = ("the job had cores to spare yet the loop waited: too few DataLoader "
                           "workers (or workers started again every phase)")
+    main_process_fix: str = ("the training process does the loader's per-batch work itself: "
+                             "move collate into workers (num_workers ≥ 1 runs collate_fn there), "
+                             "make collate_fn cheaper, or drop pin_memory if the copy is not "
+                             "asynchronous")
 
 
 TABLE: dict[str, Vocab] = {
@@ -102,6 +106,11 @@ TABLE: dict[str, Vocab] = {
         workers_cause="the job had cores to spare yet the loop waited: too few DataLoader "
                       "workers (TrainingArguments' dataloader_num_workers), or workers started "
                       "again every phase",
+        main_process_fix="the training process does the loader's per-batch work itself: "
+                         "TrainingArguments(dataloader_num_workers=N) with N ≥ 1 runs the "
+                         "data_collator in workers; or make the data_collator cheaper, or "
+                         "TrainingArguments(dataloader_pin_memory=False) if the copy is not "
+                         "asynchronous",
     ),
 }
 
