@@ -50,7 +50,7 @@ def test_the_answer_names_the_stages_and_their_measured_pace() -> None:
 def test_no_answer_without_the_counts_or_a_change() -> None:
     assert answer(_summary(fits=None)) is None
     assert answer(_summary(fits=((1, 1_026),))) is None  # counted once
-    assert answer(_summary(fits=((1, 1_026), (3, 2_000)))) is None  # still frozen
+    assert answer(_summary(fits=((1, 1_026), (3, 2_000)))) is None  # a bigger head, frozen
     assert answer(_summary(fits=((1, PARAMS), (3, PARAMS)))) is None  # trained throughout
     assert "memory" not in answer(_summary())[1]  # type: ignore[index]
 
@@ -64,3 +64,17 @@ def test_keras_says_fit_and_its_measurement() -> None:
         "watch: model.trainable_weights at each fit)")
     got = answer(summary)
     assert got is not None and "a later fit() trained 397,409" in got[1]
+
+
+def test_a_trunk_unfrozen_in_part_is_a_thaw() -> None:
+    """The tutorials' other way: unfreeze the top blocks only (resnet18's layer4: 8,393,728 of
+    its 11,177,538 parameters with the head; here its last block, 4,721,664 + the head). The
+    answer says how many trained; a head that grew (2,000) is not a thaw."""
+    part = 4_721_664 + 1_026
+    got = answer(_summary(fits=((1, 1_026), (3, part))))
+    assert got is not None and got[1].startswith(
+        f"From epoch 3 the loop trained {part:,} of the 11,177,538 parameters, where epochs 1–2 "
+        "trained 1,026"), got
+    thaw = thawed(_summary(fits=((1, 1_026), (3, part)))["model"], keras=False)
+    assert thaw is not None and thaw.until_words().startswith(
+        f" (epochs 1–2: from epoch 3 the loop trained {part:,} of the 11,177,538 parameters")

@@ -267,6 +267,27 @@ def test_a_loop_that_unfreezes_its_trunk_is_read_again(tmp_path: Path) -> None:
     assert f"(epochs 1–2: from epoch 3 the loop trained all {params:,} parameters" in fix
 
 
+@pytest.mark.slow
+def test_a_loop_that_unfreezes_its_top_block_is_a_thaw(tmp_path: Path) -> None:
+    """The same tutorial unfreezing the last residual block alone (42 % of resnet18's
+    parameters with the head: under the half that once made a thaw): the ledger reads its
+    gradients and Adam state, and the slower epochs are answered with how many trained."""
+    import torchvision
+
+    _, summary = _run(tmp_path, "torch_unfreeze.py", "--top")
+    model = torchvision.models.resnet18(num_classes=2)
+    params = sum(p.numel() for p in model.parameters())
+    top = sum(p.numel() for p in model.layer4[-1].parameters()) + 1_026
+    assert summary["model"]["trainable_by_fit"] == [[1, 1_026], [3, top]]
+    ledger = {i["item"]: i["bytes"] for i in summary["memory"]["ledger"]}
+    assert ledger["gradients"] == 4 * top
+    assert ledger["optimizer state"] == pytest.approx(8 * top, rel=0.01)
+    answers = {a.title: a.text for a in explain(summary)}  # type: ignore[arg-type]
+    assert answers["Why training slowed from epoch 3"].startswith(
+        f"From epoch 3 the loop trained {top:,} of the {params:,} parameters, where epochs 1–2 "
+        "trained 1,026")
+
+
 def test_the_time_before_the_loop_is_split_at_the_framework_import(tmp_path: Path) -> None:
     """Planted: 1.0 s asleep before `import torch`, 1.5 s after it. The budget's start is split
     where watch's import hook saw the import finish: at least the planted second before (plus

@@ -19,14 +19,19 @@ from stepscope.analysis.contracts_summary import ModelFacts, PhaseRow, Summary
 from stepscope.analysis.fmt import fmt_bytes, fmt_img_s, fmt_ms, fmt_ratio
 from stepscope.analysis.vocab import KERAS, framework_of
 
-THAWED_FRAC = 0.5  # half the parameters or more trainable: the trunk trains
+THAWED_FRAC = 0.5  # under half the parameters trainable at the first reading: a frozen trunk
+# A later reading that trains a tenth of the network or more, and four times the first reading's
+# count: part of the trunk unfrozen (the tutorials' "unfreeze the top blocks"), not a bigger head.
+PART_FRAC = 0.10
+GROWTH = 4
 SAME_PACE_RATIO = 1.10
 
 
 @dataclass(frozen=True)
 class Thaw:
-    """The first epoch (``epoch``) from which half the parameters or more trained, where the
-    first reading (``first_epoch``) had fewer."""
+    """The first epoch (``epoch``) from which the trunk trained, wholly or in part (a tenth of
+    the parameters or more, four times the first reading's count), where the first reading
+    (``first_epoch``) had it frozen (under half the parameters trainable)."""
 
     first_epoch: int
     before: int  # trainable parameters at the first reading
@@ -66,7 +71,8 @@ def thawed(model: ModelFacts | None, keras: bool) -> Thaw | None:
     params, fits = model.get("params"), model.get("trainable_by_fit") or []
     if not params or len(fits) < 2 or fits[0][1] >= THAWED_FRAC * params:
         return None
-    later = next(((e, n) for e, n in fits[1:] if n >= THAWED_FRAC * params), None)
+    later = next(((e, n) for e, n in fits[1:]
+                  if n >= PART_FRAC * params and n >= GROWTH * fits[0][1]), None)
     if later is None:
         return None
     return Thaw(fits[0][0], fits[0][1], later[0], later[1], params, keras)
