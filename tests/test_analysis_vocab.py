@@ -140,3 +140,30 @@ def test_checkpoint_fix_leaves_out_what_the_model_checkpoint_does() -> None:
     done = keras_checkpoint_fix({"save_best_only": True, "save_weights_only": True})
     assert "save_best_only" not in done and "save_weights_only" not in done
     assert done == "save every N epochs (ModelCheckpoint's save_freq, in batches)"
+
+
+def test_validation_through_an_augmenting_generator_is_told_so() -> None:
+    """flow_from_directory(subset="validation") from an ImageDataGenerator with random
+    transforms (watch: the validation input's augments): validation was augmented. The answer
+    names the timed transform where it was timed, and is gone without the fact; the validation
+    cpu fix stops saying "validation does no augmentation"."""
+    from stepscope.analysis.keras_loader import val_augmented_answer
+
+    stages = {"images": 96, "batches": 6, "ms_per_image": {"load": 1.1, "transform": 1.1,
+                                                           "preprocess": 0.01},
+              "thread_busy_s": [], "thread_busy_frac": []}
+    s: Any = {"loader": {"framework": "tf.keras", "kind": "ImageDataGenerator", "augments": True,
+                         "val": {"kind": "ImageDataGenerator", "augments": True}},
+              "phases": [{"epoch": 1, "phase": "val", "loader_stages": stages}]}
+    got = val_augmented_answer(s)
+    assert got is not None and got[0] == "Validation was augmented"
+    assert "the random transform took 1.1 ms of each validation image" in got[1]
+    s["phases"] = []
+    got = val_augmented_answer(s)
+    assert got is not None and "random transform took" not in got[1]
+    s["loader"]["val"]["augments"] = False
+    assert val_augmented_answer(s) is None
+    assert keras_cpu_fix({"kind": "ImageDataGenerator", "augments": True}, "val").startswith(
+        "validation is augmented too")
+    assert keras_cpu_fix({"kind": "ImageDataGenerator", "augments": False}, "val").startswith(
+        "validation does no augmentation")

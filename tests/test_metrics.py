@@ -21,7 +21,8 @@ UNIT_NAME = re.compile(r"^[a-z]+(_[a-z0-9]+)*_(pct|bytes|per_s|frac|w|c|mhz)$")
 FACT_NAME = re.compile(
     r"^(env|mem|model|dataset|train|loader|loop|featcache|monitor|watch|stages|dist)\.[a-z0-9_.]+$")
 # Literals that look like names but are none: file names and helpers.
-NOT_NAMES = {"model.safetensors", "train.csv", "train.py", "phase_resident_frac", "add_bytes"}
+NOT_NAMES = {"model.safetensors", "train.csv", "train.py", "phase_resident_frac", "add_bytes",
+             "loader.val.augments"}  # a summary path (analysis/evidence.py), fact loader.val_augments
 
 
 def _literals(path: Path) -> list[str]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stepscope.analysis.contracts_summary import LoaderStages, Summary
+from stepscope.analysis.evidence import holds
 from stepscope.analysis.fmt import fmt_ms, fmt_pct
 
 STAGE_WORDS = (("load", "loading (read, decode, resize)"),
@@ -57,6 +58,27 @@ def stages_answer(s: Summary) -> tuple[str, str] | None:
     return ("Inside the ImageDataGenerator",
             " ".join(lines) + " (timed in the loader: load_img, get_random_transform + "
             "apply_transform, standardize, and __getitem__).")
+
+
+def val_augmented_answer(s: Summary) -> tuple[str, str] | None:
+    """Validation through an ImageDataGenerator with random transforms: each validation image is
+    warped at random as the training ones are (``flow_from_directory(subset="validation")`` and
+    ``flow_from_dataframe`` with ``validation_split`` take the generator's augmentation with
+    them), so the validation figures move from epoch to epoch for the same weights."""
+    if not holds(s, "val_augmented"):
+        return None
+    timed = next((st["ms_per_image"]["transform"] for p in s.get("phases") or []
+                  if p["phase"] == "val" and (st := p.get("loader_stages"))), None)
+    cost = "" if not timed else (f"; the random transform took {fmt_ms(timed / 1000.0)} of each "
+                                 "validation image (timed in the loader)")
+    return ("Validation was augmented",
+            "The ImageDataGenerator behind validation_data has random transforms (watch read "
+            "its settings), so Keras warped every validation image at random, as it does the "
+            "training ones: the validation loss and accuracy were measured on augmented "
+            f"images and change from epoch to epoch for the same weights{cost}. A subset "
+            "(subset=\"validation\" with validation_split) keeps its generator's augmentation: "
+            "validate through a second ImageDataGenerator with the same validation_split, the "
+            "rescaling alone and the same seed.")
 
 
 def workers_answer(s: Summary) -> tuple[str, str] | None:

@@ -1,0 +1,38 @@
+"""The Keras 2 tutorials' validation_split with one augmenting ImageDataGenerator, watched on
+tf-keras: the validation subset keeps the generator's random transforms, and the answer says
+validation was augmented; a second, plain generator for validation gets no such answer. Real
+tf-keras in its own process, real JPEG files (keras_val_subset.py)."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.test_watch_keras import SCRIPT, _run_script
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plain_val", [False, True])
+def test_validation_through_the_augmenting_generator_is_told(
+        synth400: Path, tmp_path: Path, plain_val: bool) -> None:
+    folder = tmp_path / "train"  # one folder per class, as flow_from_directory reads
+    for row in csv.DictReader((synth400 / "train.csv").open()):
+        (folder / row["Class"]).mkdir(parents=True, exist_ok=True)
+        os.link(synth400 / "images" / row["Photo"], folder / row["Class"] / row["Photo"])
+    args = [str(folder), *(["--plain-val"] if plain_val else [])]
+    s = _run_script(tmp_path / "watch", SCRIPT.parent / "keras_val_subset.py", *args)
+    assert s["loader"]["kind"] == "ImageDataGenerator" and s["loader"]["augments"] is True
+    assert s["loader"]["val"]["augments"] is (not plain_val)
+    printed = " ".join(s["_printed"].split())
+    val_transform = [p["loader_stages"]["ms_per_image"]["transform"] for p in s["phases"]
+                     if p["phase"] == "val" and p.get("loader_stages")]
+    if plain_val:
+        assert "Validation was augmented" not in printed
+        assert val_transform and max(val_transform) < 0.05  # ms: no random transform to run
+    else:
+        assert "Validation was augmented" in printed
+        assert "the validation loss and accuracy were measured on augmented images" in printed
+        assert val_transform and val_transform[0] > 0.1  # the planted warp, timed
