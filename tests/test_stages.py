@@ -227,3 +227,42 @@ def test_pil_decode_and_resize_are_their_stages(tmp_path: Path) -> None:
     assert board.stage_calls["transform"] == 1  # open (a buffer: parsing) and load count decode
     assert board.stage_s["decode"] >= 0.6 * decode, (board.stage_s, decode)
     assert board.stage_s["transform"] >= 0.6 * resize, (board.stage_s, resize)
+
+
+CV2_LOADER = """
+import sys, time
+import cv2
+import numpy as np
+from stepscope.observe import stages
+from stepscope.observe.inject import stepscope_watch_stage_hooks as hooks
+
+stages.set_folder(sys.argv[1])
+rng = np.random.default_rng(0)
+ok, jpeg = cv2.imencode(".jpg", rng.integers(0, 255, (1024, 1024, 3), dtype=np.uint8))
+buf = np.frombuffer(jpeg.tobytes(), np.uint8)
+big = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+t0 = time.thread_time()
+for _ in range(5):
+    cv2.warpAffine(big, np.float32([[0.9, 0.1, 3], [-0.1, 0.9, 5]]), (512, 512))
+warp = (time.thread_time() - t0) / 5
+hooks.install_cv2(cv2)
+# a dataset's __getitem__ as an OpenCV pipeline writes it (Albumentations calls the same)
+img = cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+img = cv2.warpAffine(img, np.float32([[0.9, 0.1, 3], [-0.1, 0.9, 5]]), (512, 512))
+print(warp)
+"""
+
+
+def test_opencv_transforms_are_the_transform_stage(tmp_path: Path) -> None:
+    """An OpenCV pipeline (decode, colour conversion, an affine warp): the warp and the
+    conversion are transforms, holding at least most of the warp's time measured alone."""
+    import subprocess
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    out = subprocess.run([sys.executable, "-c", CV2_LOADER, str(tmp_path)], check=True,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": src}).stdout
+    warp = float(out)
+    (board,) = stages.read_boards(tmp_path).values()
+    assert board.stage_calls["decode"] == 1 and board.stage_calls["transform"] == 2
+    assert board.stage_s["transform"] >= 0.6 * warp, (board.stage_s, warp)

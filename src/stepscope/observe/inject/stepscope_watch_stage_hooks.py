@@ -11,8 +11,9 @@ when ``STEPSCOPE_STAGES_DIR`` is set and a dictionary lookup when it is not.
 - PIL: ``Image.open`` (read, with the file's size when given a path),
   ``ImageFile.ImageFile.load`` (decode) and ``Image.resize``/``rotate``/``transpose``/``filter``
   (transform).
-- OpenCV: ``cv2.imread`` (read + decode, counted as decode, with the file's size) and
-  ``cv2.imdecode`` (decode).
+- OpenCV: ``cv2.imread`` (read + decode, counted as decode, with the file's size),
+  ``cv2.imdecode`` (decode) and ``resize``/``warpAffine``/``warpPerspective``/``flip``/``rotate``/
+  ``cvtColor`` (transform).
 - torchvision: ``io.read_file`` (read), ``io.decode_*`` (decode), ``transforms.Compose.__call__``
   and ``transforms.v2.Compose.__call__`` (transform).
 
@@ -178,12 +179,20 @@ def install_pil_file(pil_image_file: Any) -> None:
     cls.load = timed("decode", cls.load)
 
 
+# OpenCV's geometry and colour functions: a dataset's own transforms, and what Albumentations
+# runs inside its transforms
+CV2_TRANSFORMS = ("resize", "warpAffine", "warpPerspective", "flip", "rotate", "cvtColor")
+
+
 def install_cv2(cv2: Any) -> None:
-    """OpenCV's file and buffer decoders."""
+    """OpenCV's file and buffer decoders, and its transforms."""
     if hasattr(cv2, "imread"):
         cv2.imread = timed("decode", cv2.imread, _path_size)
     if hasattr(cv2, "imdecode"):
         cv2.imdecode = timed("decode", cv2.imdecode)
+    for name in CV2_TRANSFORMS:
+        if hasattr(cv2, name):
+            setattr(cv2, name, timed("transform", getattr(cv2, name)))
 
 
 def install_torchvision(tv: ModuleType) -> None:
