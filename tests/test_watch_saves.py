@@ -111,6 +111,16 @@ def test_lightning_model_checkpoint_writes_are_timed_whole(tmp_path: Path) -> No
     ck = s["checkpoints"]
     assert ck["writes"] == 2 and ck["total_s"] > 0, ck
     assert ck["total_s"] < s["run"]["seconds"], ck
+    # the writes are ModelCheckpoint's: where they matter, its arguments are the fix
+    assert s["loader"]["framework"] == "lightning"
+    from stepscope.analysis.vocab import LIGHTNING, vocab
+
+    assert "ModelCheckpoint(every_n_epochs=N)" in vocab(LIGHTNING).checkpoint_fix
+    found = [f for f in s["findings"] if f["id"] == "checkpoint_time"]
+    assert found and all("ModelCheckpoint(" in f["fix"] for f in found), s["findings"]
+    # its model is two Linear layers: no image batch, so no channels_last to offer
+    fix = next(f["fix"] for f in s["findings"] if f["id"] == "compute_bound_train")
+    assert "channels_last" not in fix and fix.startswith('Trainer(precision="bf16-mixed")'), fix
 
 
 @pytest.mark.slow

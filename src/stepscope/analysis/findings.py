@@ -418,10 +418,10 @@ def _compute_fix(model: ModelFacts | None, summary: Summary | None = None
     framework = framework_of(summary) if summary is not None else PYTORCH
     hf, bf16 = framework == HF, vocab(framework).bf16
     layout = model.get("channels_last")
-    # channels_last is an image model's (its 4-D input): a Trainer's is offered it only where
-    # watch read an image batch
+    # channels_last is an image model's (its 4-D input): offered only where an image batch was
+    # read (watch reads the layout of a 4-D first training input; the trainer records its own)
     ways = [("bf16 autocast", bf16, model.get("precision") == "bf16")] + \
-        ([] if hf and layout is None else [("channels_last", "channels_last", layout is True)])
+        ([] if layout is None else [("channels_last", "channels_last", layout is True)])
     tried = [name for name, _, used in ways if used]
     left = [how for _, how, used in ways if not used]
     if not tried:

@@ -115,8 +115,14 @@ TABLE: dict[str, Vocab] = {
 }
 
 
-TABLE[LIGHTNING] = replace(TABLE[PYTORCH], framework=LIGHTNING,
-                          bf16='Trainer(precision="bf16-mixed")')
+TABLE[LIGHTNING] = replace(
+    TABLE[PYTORCH], framework=LIGHTNING, bf16='Trainer(precision="bf16-mixed")',
+    overhead_fix="log less often (Trainer(log_every_n_steps=...), self.log(..., on_step=False)); "
+                 "avoid per-step .item()/.cpu() in training_step and in callbacks (each is a "
+                 "device sync)",
+    checkpoint_fix="write less often (ModelCheckpoint(every_n_epochs=N), or keep fewer: "
+                   "save_top_k=1), or ModelCheckpoint(save_weights_only=True) where resuming "
+                   "needs no optimizer state")
 
 
 def framework_of(summary: Mapping[str, Any]) -> str:
