@@ -68,9 +68,9 @@ def test_keras_says_fit_and_its_measurement() -> None:
 
 def test_a_trunk_unfrozen_in_part_is_a_thaw() -> None:
     """The tutorials' other way: unfreeze the top blocks only (resnet18's layer4: 8,393,728 of
-    its 11,177,538 parameters with the head; here its last block, 4,721,664 + the head). The
+    its 11,177,538 parameters; here its last block, 4,720,640, and the head's 1,026). The
     answer says how many trained; a head that grew (2,000) is not a thaw."""
-    part = 4_721_664 + 1_026
+    part = 4_720_640 + 1_026
     got = answer(_summary(fits=((1, 1_026), (3, part))))
     assert got is not None and got[1].startswith(
         f"From epoch 3 the loop trained {part:,} of the 11,177,538 parameters, where epochs 1–2 "

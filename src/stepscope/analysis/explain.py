@@ -499,8 +499,9 @@ def what_to_do(s: Summary) -> tuple[str, str] | None:
 
 _ANSWERS: tuple[Callable[[Summary], tuple[str, str] | None], ...] = (
     headline, epoch_one.answer, epoch_one.slower_answer, thaw.answer, train_vs_val,
-    stages_answer, val_augmented_answer, workers_answer, cold_vs_warm, budget.answer, cpu_pattern, gpu_pattern,
-    memory_answer, val_inference, ram_inference, vram_inference, what_to_do,
+    stages_answer, val_augmented_answer, workers_answer, cold_vs_warm, budget.answer,
+    cpu_pattern, gpu_pattern, memory_answer, val_inference, ram_inference, vram_inference,
+    what_to_do,
 )
 
 

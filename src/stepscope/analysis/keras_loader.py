@@ -75,10 +75,10 @@ def val_augmented_answer(s: Summary) -> tuple[str, str] | None:
             "The ImageDataGenerator behind validation_data has random transforms (watch read "
             "its settings), so Keras warped every validation image at random, as it does the "
             "training ones: the validation loss and accuracy were measured on augmented "
-            f"images and change from epoch to epoch for the same weights{cost}. A subset "
-            "(subset=\"validation\" with validation_split) keeps its generator's augmentation: "
-            "validate through a second ImageDataGenerator with the same validation_split, the "
-            "rescaling alone and the same seed.")
+            f"images and change from epoch to epoch for the same weights{cost}. Validate "
+            "through a generator with the rescaling alone (a subset, subset=\"validation\" "
+            "with validation_split, keeps its generator's augmentation: give the plain generator "
+            "the same validation_split and seed).")
 
 
 def workers_answer(s: Summary) -> tuple[str, str] | None:
