@@ -167,3 +167,19 @@ def test_validation_through_an_augmenting_generator_is_told_so() -> None:
         "validation is augmented too")
     assert keras_cpu_fix({"kind": "ImageDataGenerator", "augments": False}, "val").startswith(
         "validation does no augmentation")
+
+
+def test_a_tf_data_validation_that_augments_is_told_to_map_training_alone() -> None:
+    from stepscope.analysis.keras_loader import val_augmented_answer
+
+    s: Any = {"loader": {"framework": "keras", "kind": "tf.data", "augments": True,
+                         "val": {"kind": "tf.data", "augments": True}}, "phases": []}
+    got = val_augmented_answer(s)
+    assert got is not None and got[1].startswith(
+        "The tf.data pipeline behind validation_data draws random numbers in its maps")
+    assert got[1].endswith("Map the augmentation over the training dataset alone, or put the "
+                           "random layers inside the model, where Keras runs them in training "
+                           "only.")
+    assert keras_cpu_fix({"kind": "tf.data", "augments": True}, "val").startswith(
+        "validation is augmented too (its input draws random transforms): map the augmentation "
+        "over the training dataset alone")

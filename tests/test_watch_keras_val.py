@@ -1,7 +1,9 @@
-"""The Keras 2 tutorials' validation_split with one augmenting ImageDataGenerator, watched on
-tf-keras: the validation subset keeps the generator's random transforms, and the answer says
-validation was augmented; a second, plain generator for validation gets no such answer. Real
-tf-keras in its own process, real JPEG files (keras_val_subset.py)."""
+"""Validation through an augmenting input, watched: the Keras 2 tutorials' validation_split with
+one augmenting ImageDataGenerator on tf-keras (the validation subset keeps the generator's
+random transforms), and the Keras guide's tf.data pipeline with its augmentation mapped over the
+validation dataset too (Keras 3 on TensorFlow). The answer says validation was augmented; the
+same scripts validating on plain input get no such answer. Real frameworks, each in its own
+process, real JPEG files (keras_val_subset.py, keras_folder.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_watch_keras import SCRIPT, _run_script
+from tests.test_watch_keras import FOLDER_SCRIPT, SCRIPT, _run_script
 
 
 @pytest.mark.slow
@@ -36,3 +38,27 @@ def test_validation_through_the_augmenting_generator_is_told(
         assert "Validation was augmented" in printed
         assert "the validation loss and accuracy were measured on augmented images" in printed
         assert val_transform and val_transform[0] > 0.1  # the planted warp, timed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("augment_val", [True, False])
+def test_a_tf_data_augmentation_mapped_over_validation_is_told(
+        synth400: Path, tmp_path: Path, augment_val: bool) -> None:
+    from stepscope.analysis.vocab import PYTORCH_ONLY_WORDS
+
+    folders = tmp_path / "folders"  # DIR/train and DIR/valid, one folder per class
+    for split in ("train", "valid"):
+        for row in csv.DictReader((synth400 / f"{split}.csv").open()):
+            (folders / split / row["Class"]).mkdir(parents=True, exist_ok=True)
+            os.link(synth400 / "images" / row["Photo"], folders / split / row["Class"] / row["Photo"])
+    args = [str(folders), "--epochs", "1", *(["--augment-val"] if augment_val else [])]
+    s = _run_script(tmp_path / "watch", FOLDER_SCRIPT, *args)
+    # the training map's RandomFlip and RandomRotation are random ops in its graph
+    assert s["loader"]["kind"] == "tf.data" and s["loader"]["augments"] is True
+    assert s["loader"]["val"]["kind"] == "tf.data"
+    assert s["loader"]["val"]["augments"] is (True if augment_val else None)
+    printed = " ".join(s["_printed"].split())
+    assert ("Validation was augmented The tf.data pipeline behind validation_data draws random "
+            "numbers in its maps" in printed) is augment_val
+    for word in PYTORCH_ONLY_WORDS:
+        assert word not in printed, word

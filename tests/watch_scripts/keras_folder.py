@@ -1,6 +1,6 @@
 """Keras's "Image classification from scratch" example, shrunk for two CPU cores.
 
-    python keras_folder.py DIR [--epochs E] [--side PX]
+    python keras_folder.py DIR [--epochs E] [--side PX] [--augment-val]
 
 ``keras.utils.image_dataset_from_directory`` over ``DIR/train`` and ``DIR/valid`` (one folder per
 class), random flips and rotations in a ``tf.data`` map with ``num_parallel_calls=AUTOTUNE``,
@@ -24,6 +24,8 @@ p = argparse.ArgumentParser()
 p.add_argument("dir")
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--side", type=int, default=64)
+p.add_argument("--augment-val", action="store_true",
+               help="map the augmentation over the validation dataset too (a planted mistake)")
 args = p.parse_args()
 
 image_size = (args.side, args.side)
@@ -43,6 +45,8 @@ def augment(images):  # type: ignore[no-untyped-def]
 
 train_ds = train_ds.map(lambda img, label: (augment(img), label),
                         num_parallel_calls=tf_data.AUTOTUNE).prefetch(tf_data.AUTOTUNE)
+if args.augment_val:
+    val_ds = val_ds.map(lambda img, label: (augment(img), label))
 val_ds = val_ds.prefetch(tf_data.AUTOTUNE)
 
 inputs = keras.Input(shape=(*image_size, 3))

@@ -74,7 +74,8 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
     # "the tf.data pipeline caches": watch read a .cache() in the pipeline given to Model.fit.
     "tf_data_cache": (Need("loader.kind", equals="tf.data"), Need("loader.cache", equals=True)),
     # "validation was augmented": watch read random transforms set on the ImageDataGenerator
-    # behind Model.fit's validation_data (its rotation_range, zoom_range, flips, ...).
+    # behind Model.fit's validation_data (its rotation_range, zoom_range, flips, ...), or random
+    # ops in the map functions of its tf.data pipeline.
     "val_augmented": (Need("loader.val.augments", equals=True),),
     # "ran under tf.distribute MirroredStrategy": watch read the Keras model's strategy.
     "tf_distribute": (Need("loader.distribute_strategy"),),

@@ -61,24 +61,35 @@ def stages_answer(s: Summary) -> tuple[str, str] | None:
 
 
 def val_augmented_answer(s: Summary) -> tuple[str, str] | None:
-    """Validation through an ImageDataGenerator with random transforms: each validation image is
-    warped at random as the training ones are (``flow_from_directory(subset="validation")`` and
-    ``flow_from_dataframe`` with ``validation_split`` take the generator's augmentation with
-    them), so the validation figures move from epoch to epoch for the same weights."""
+    """Validation through an augmenting input: an ImageDataGenerator with random transforms
+    (``flow_from_directory(subset="validation")`` and ``flow_from_dataframe`` with
+    ``validation_split`` take the generator's augmentation with them), or a ``tf.data`` pipeline
+    whose maps draw random numbers (the augmentation mapped over both datasets). Each validation
+    image is then warped at random as the training ones are, so the validation figures move
+    from epoch to epoch for the same weights."""
     if not holds(s, "val_augmented"):
         return None
+    loader = s.get("loader")
+    val = loader.get("val") if loader is not None else None
+    if val is not None and val.get("kind") == "tf.data":
+        what = ("The tf.data pipeline behind validation_data draws random numbers in its maps "
+                "(watch read random ops in the map functions' graphs)")
+        fix = ("Map the augmentation over the training dataset alone, or put the random layers "
+               "inside the model, where Keras runs them in training only.")
+    else:
+        what = ("The ImageDataGenerator behind validation_data has random transforms (watch "
+                "read its settings)")
+        fix = ("Validate through a generator with the rescaling alone (a subset, "
+               "subset=\"validation\" with validation_split, keeps its generator's "
+               "augmentation: give the plain generator the same validation_split and seed).")
     timed = next((st["ms_per_image"]["transform"] for p in s.get("phases") or []
                   if p["phase"] == "val" and (st := p.get("loader_stages"))), None)
     cost = "" if not timed else (f"; the random transform took {fmt_ms(timed / 1000.0)} of each "
                                  "validation image (timed in the loader)")
     return ("Validation was augmented",
-            "The ImageDataGenerator behind validation_data has random transforms (watch read "
-            "its settings), so Keras warped every validation image at random, as it does the "
-            "training ones: the validation loss and accuracy were measured on augmented "
-            f"images and change from epoch to epoch for the same weights{cost}. Validate "
-            "through a generator with the rescaling alone (a subset, subset=\"validation\" "
-            "with validation_split, keeps its generator's augmentation: give the plain generator "
-            "the same validation_split and seed).")
+            f"{what}, so every validation image was warped at random, as the training ones "
+            "are: the validation loss and accuracy were measured on augmented images and "
+            f"change from epoch to epoch for the same weights{cost}. {fix}")
 
 
 def workers_answer(s: Summary) -> tuple[str, str] | None:

@@ -337,10 +337,12 @@ KERAS_THREADS_GIL = ("the PyDataset's loading threads took turns holding Python'
 def keras_cpu_fix(loader: LoaderFacts, phase: str, model_augments: bool = False) -> str:
     """The loading CPU is saturated: make each batch cheaper, or compute it once."""
     if phase == "val" and loader.get("augments"):
-        return ("validation is augmented too (its ImageDataGenerator has random transforms): "
-                "validate through a generator with the rescaling alone, then decode once and "
-                ".cache() the resized validation set (tf.data), or for a frozen trunk compute its "
-                "features once with base.predict and validate the head on them")
+        plain = ("map the augmentation over the training dataset alone" if loader.get("kind")
+                 == "tf.data" else "validate through a generator with the rescaling alone")
+        return ("validation is augmented too (its input draws random transforms): "
+                f"{plain}, then decode once and .cache() the resized validation set (tf.data), "
+                "or for a frozen trunk compute its features once with base.predict and validate "
+                "the head on them")
     if phase == "val":
         return ("validation does no augmentation: its CPU cost is decoding and resizing; "
                 "decode once and .cache() the resized validation set (tf.data), or for a frozen "

@@ -34,11 +34,27 @@ def _cores() -> int:
 
 
 # free-form: the loader.* facts this module writes and the user's fit() keyword arguments
+def _random_ops(map_func: Any) -> bool:
+    """Whether a ``tf.data`` map's traced function draws random numbers (its graph, and the
+    functions it calls, hold a ``*Random*`` op: ``tf.image.random_*``, Keras's random layers).
+    A ``py_function``/``numpy_function`` body is opaque: it reads as not random."""
+    try:
+        graph = map_func.function.graph
+        found = {op.type for op in graph.get_operations()}
+        for fn in graph.as_graph_def().library.function:
+            found |= {n.op for n in fn.node_def}
+    except Exception:  # another TensorFlow: not read
+        return False
+    return any("Random" in t for t in found)
+
+
 def _tf_pipeline(ds: Any) -> dict[str, Any]:
-    """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache, py funcs."""
-    parallel, prefetch, cache, depth = 1, False, False, 0
+    """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache, random maps."""
+    parallel, prefetch, cache, depth, augments = 1, False, False, 0, False
     while ds is not None and depth < 64:
         name = type(ds).__name__
+        if (func := getattr(ds, "_map_func", None)) is not None and not augments:
+            augments = _random_ops(func)
         calls = getattr(ds, "_num_parallel_calls", None)
         if calls is not None:
             try:
@@ -50,8 +66,9 @@ def _tf_pipeline(ds: Any) -> dict[str, Any]:
         cache = cache or "Cache" in name
         ds = getattr(ds, "_input_dataset", None)
         depth += 1
+    # random maps are augmentation; none found is not "no augmentation" (a py function's body)
     return {"kind": "tf.data", "workers": parallel, "parallel_calls": parallel,
-            "prefetch": prefetch, "cache": cache}
+            "prefetch": prefetch, "cache": cache, **({"augments": True} if augments else {})}
 
 
 def _is_tf_data(x: Any) -> bool:
