@@ -71,6 +71,8 @@ def test_lightning_callback(tmp_path: Path) -> None:
     summary = _run_example("lightning_callback.py", tmp_path / "run", "--epochs", "2")
     _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:lightning",
                        run_dir=tmp_path / "run")
+    # the advice speaks Lightning's arguments (its precision, checkpoints, logging)
+    assert summary["loader"]["framework"] == "lightning"
 
 
 @pytest.mark.slow

@@ -85,8 +85,10 @@ def _callback_class(pl: ModuleType) -> type:
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             # Under DDP every rank runs the callbacks; rank 0 records (one run directory).
-            if getattr(trainer, "global_rank", 0) == 0:
-                self.owner.begin()
+            if getattr(trainer, "global_rank", 0) == 0 and self.owner.begin():
+                # its precision, checkpoints and logging are Trainer arguments (analysis/vocab.py)
+                ACTIVE.fact("loop.framework", "lightning", "stepscope.lightning.Callback in "
+                            "Trainer.fit")
 
         def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
             self.owner.end("completed")
