@@ -33,7 +33,6 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-# free-form: the loader.* facts this module writes and the user's fit() keyword arguments
 def _random_ops(map_func: Any) -> bool:
     """Whether a ``tf.data`` map's traced function draws random numbers (its graph, and the
     functions it calls, hold a ``*Random*`` op: ``tf.image.random_*``, Keras's random layers).
@@ -48,6 +47,7 @@ def _random_ops(map_func: Any) -> bool:
     return any("Random" in t for t in found)
 
 
+# free-form: the loader.* facts this module writes and the user's fit() keyword arguments
 def _tf_pipeline(ds: Any) -> dict[str, Any]:
     """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache, random maps."""
     parallel, prefetch, cache, depth, augments = 1, False, False, 0, False
