@@ -13,7 +13,7 @@ thread), arrays → none (slicing an array is not loading). Standard library onl
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -33,29 +33,41 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _random_ops(map_func: Any) -> bool:
-    """Whether a ``tf.data`` map's traced function draws random numbers (its graph, and the
-    functions it calls, hold a ``*Random*`` op: ``tf.image.random_*``, Keras's random layers).
-    A ``py_function``/``numpy_function`` body is opaque: it reads as not random."""
-    try:
-        graph = map_func.function.graph
-        found = {op.type for op in graph.get_operations()}
-        for fn in graph.as_graph_def().library.function:
-            found |= {n.op for n in fn.node_def}
-    except Exception:  # another TensorFlow: not read
-        return False
-    return any("Random" in t for t in found)
+def _random_maps(ds: Any) -> bool:
+    """Whether a ``tf.data`` pipeline has a map whose traced function draws random numbers (its
+    graph, and the functions it calls, hold a ``*Random*`` op: ``tf.image.random_*``, Keras's
+    random layers). A ``py_function``/``numpy_function`` body is opaque: it reads as not
+    random. Each map's graph is serialised: read once per input, not per ``classify``."""
+    for d in _chain(ds):
+        if (func := getattr(d, "_map_func", None)) is not None:
+            try:
+                graph = func.function.graph
+                found = {op.type for op in graph.get_operations()}
+                for fn in graph.as_graph_def().library.function:
+                    found |= {n.op for n in fn.node_def}
+            except Exception:  # another TensorFlow: not read
+                found = set()
+            if any("Random" in t for t in found):
+                return True
+    return False
+
+
+def _chain(ds: Any) -> Iterator[Any]:
+    """A ``tf.data`` pipeline's datasets, last first, down its ``_input_dataset`` links."""
+    depth = 0
+    while ds is not None and depth < 64:
+        yield ds
+        ds = getattr(ds, "_input_dataset", None)
+        depth += 1
 
 
 # free-form: the loader.* facts this module writes and the user's fit() keyword arguments
 def _tf_pipeline(ds: Any) -> dict[str, Any]:
-    """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache, random maps."""
-    parallel, prefetch, cache, depth, augments = 1, False, False, 0, False
-    while ds is not None and depth < 64:
-        name = type(ds).__name__
-        if (func := getattr(ds, "_map_func", None)) is not None and not augments:
-            augments = _random_ops(func)
-        calls = getattr(ds, "_num_parallel_calls", None)
+    """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache."""
+    parallel, prefetch, cache = 1, False, False
+    for d in _chain(ds):
+        name = type(d).__name__
+        calls = getattr(d, "_num_parallel_calls", None)
         if calls is not None:
             try:
                 n = int(calls.numpy()) if hasattr(calls, "numpy") else int(calls)
@@ -64,11 +76,8 @@ def _tf_pipeline(ds: Any) -> dict[str, Any]:
             parallel = max(parallel, _cores() if n < 0 else n)
         prefetch = prefetch or "Prefetch" in name
         cache = cache or "Cache" in name
-        ds = getattr(ds, "_input_dataset", None)
-        depth += 1
-    # random maps are augmentation; none found is not "no augmentation" (a py function's body)
     return {"kind": "tf.data", "workers": parallel, "parallel_calls": parallel,
-            "prefetch": prefetch, "cache": cache, **({"augments": True} if augments else {})}
+            "prefetch": prefetch, "cache": cache}
 
 
 def _is_tf_data(x: Any) -> bool:
@@ -193,6 +202,10 @@ def describe_input(x: Any, call: dict[str, Any], rec: Recorder, framework: str,
             rec.note("watch", f"Keras input files not read: {type(exc).__name__}: {exc}")
     out = classify(x, call)
     if out and rec.once(f"loader-{phase}"):
+        # random maps are augmentation; none found is not "no augmentation" (a py function's
+        # body): read here, once a phase kind, as the hand-written loop classifies every iterator
+        if out.get("kind") == "tf.data" and _random_maps(x):
+            out = {**out, "augments": True}
         how = how or f"watch: the {phase} input of {framework} Model.fit/evaluate"
         how += f" ({type(x).__name__})"
         prefix = "loader." if phase == "train" else "loader.val_"
