@@ -92,7 +92,7 @@ def training_kept(s: Summary) -> bool:
 
 def kept_how(s: Summary) -> str:
     """How the program kept it, where the run measured how."""
-    later = [p for p in s.get("phases") or [] if p["epoch"] > 1 and p["phase"] == "train"]
+    later = [p for p in own_phases(s) if p["epoch"] > 1 and p["phase"] == "train"]
     if later and all(p.get("feature_cache") for p in later):
         return (" (the trainer's feature cache: the frozen trunk's features, computed once, "
                 "fact featcache.used)")
