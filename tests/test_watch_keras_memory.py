@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from stepscope.observe.inject import stepscope_watch_keras as wk
+from stepscope.observe.inject import stepscope_watch_keras_memory as wk
 
 
 class _TfDType:

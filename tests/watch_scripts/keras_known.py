@@ -3,7 +3,7 @@
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
         [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
         [--cpu-clock] [--gap-clock] [--own-train-function] [--val-input KIND] [--val-load-ms MS]
-        [--policy NAME] [--cache] [--initial-epoch N] [--refit] [--augment-layers]
+        [--policy NAME] [--cache] [--initial-epoch N] [--refit] [--augment-layers] [--jit]
 
 BACKEND: tensorflow | jax | torch (KERAS_BACKEND); --legacy runs tf-keras (TF_USE_LEGACY_KERAS=1,
 ``import tensorflow as tf; tf.keras``). INPUT: pydataset | generator | tfdata | tfdata-parallel |
@@ -13,6 +13,7 @@ MODEL: dense (tiny, ~1 ms a step) | conv (convolutions on 32x32 images, ~15 ms a
 --callback-ms: a user callback sleeping MS in ``on_train_batch_end`` (per-batch logging to a slow
 sink), not async-safe, so Keras runs it on the loop's thread between steps.
 --spe: ``model.compile(steps_per_execution=N)`` (the fix stepscope advises for slow callbacks).
+--jit: ``model.compile(jit_compile=True)``: XLA, what Keras 3's default ``"auto"`` picks on a GPU.
 --mirrored: model built and compiled under ``tf.distribute.MirroredStrategy(["/cpu:0"])``.
 --val-input, --val-load-ms: the validation input's kind and planted cost, where they differ
 from training's (a tf.data training pipeline validated on a PyDataset, as scripts mix them).
@@ -74,6 +75,7 @@ p.add_argument("--cache", action="store_true")
 p.add_argument("--initial-epoch", type=int, default=0)
 p.add_argument("--refit", action="store_true")
 p.add_argument("--augment-layers", action="store_true")
+p.add_argument("--jit", action="store_true")
 args = p.parse_args()
 
 os.environ["KERAS_BACKEND"] = args.backend
@@ -217,7 +219,7 @@ def build():  # type: ignore[no-untyped-def]
                   keras.layers.Dense(1, activation="sigmoid")]
     model = (OwnTrainFunction if args.own_train_function else keras.Sequential)(layers)
     model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"],
-                  steps_per_execution=args.spe)
+                  steps_per_execution=args.spe, **({"jit_compile": True} if args.jit else {}))
     return model
 
 

@@ -51,6 +51,8 @@ _NAMED_ITEMS = (
     ("mem.input_batch_bytes", "input batch", "one input batch as it reaches the model"),
     ("mem.model_objects_bytes", "model objects beyond the weights",
      "RSS growth from the framework import to fit(), minus the weights"),
+    ("mem.jax_start_bytes", "JAX starting: client, MLIR context, first compile",
+     "RSS growth while JAX started at first use"),
     ("mem.before_loop_bytes", "the script's objects before its loop",
      "RSS growth from the framework import to the loop's first batch, minus the weights"),
     ("mem.first_step_bytes", "first training step: compiled step, activations, arenas",

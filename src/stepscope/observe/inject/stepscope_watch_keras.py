@@ -16,8 +16,6 @@ cache, and whether an ImageDataGenerator augments. The advice reads them.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -30,6 +28,14 @@ if TYPE_CHECKING:
         describe_input,
         loop_sizes,
     )
+    from stepscope.observe.inject.stepscope_watch_keras_memory import (
+        count_of,
+        ledger_facts,
+        mark_jax_start,
+        mark_rss,
+        refit_growth,
+        runtime_baseline,
+    )
     from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, gil_clocks
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 else:
@@ -37,6 +43,14 @@ else:
         from stepscope_watch_keras_backends import patch_backend
         from stepscope_watch_keras_clock import py_funcs_made
         from stepscope_watch_keras_data import augment_layers, describe_input, loop_sizes
+        from stepscope_watch_keras_memory import (
+            count_of,
+            ledger_facts,
+            mark_jax_start,
+            mark_rss,
+            refit_growth,
+            runtime_baseline,
+        )
         from stepscope_watch_keras_steps import KerasSteps, gil_clocks
     except ImportError:  # in-process, for stepscope.keras.Callback
         from stepscope.observe.inject.stepscope_watch_keras_backends import patch_backend
@@ -46,17 +60,27 @@ else:
             describe_input,
             loop_sizes,
         )
+        from stepscope.observe.inject.stepscope_watch_keras_memory import (
+            count_of,
+            ledger_facts,
+            mark_jax_start,
+            mark_rss,
+            refit_growth,
+            runtime_baseline,
+        )
         from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, gil_clocks
 
 
 def install(keras: ModuleType, rec: Recorder, count_images: Callable[[Any], int]) -> None:
     """Keras 3: wrap ``Model.fit``/``evaluate``/``predict`` and the backend's batch source."""
-    _baseline(rec, "Keras 3 and its backend")
+    runtime_baseline(rec, "Keras 3 and its backend")
     steps = keras_steps(rec, count_images)
     try:
         backend = keras.backend.backend()
     except Exception:
         backend = None
+    if backend == "jax":
+        mark_jax_start(rec)
     _wrap_model(keras.Model, keras.callbacks.Callback, rec, steps, "keras")
     rec.send(["K", backend], urgent=True)
     rec.fact("loop.framework", "keras", "watch: the script called Keras 3's Model.fit/evaluate")
@@ -96,7 +120,7 @@ def keras_steps(rec: Recorder, count_images: Callable[[Any], int]) -> KerasSteps
 def install_tf_keras(tf_keras: ModuleType, rec: Recorder,
                      count_images: Callable[[Any], int]) -> None:
     """tf-keras (Keras 2 on TensorFlow): the same callback, batches marked in its DataHandler."""
-    _baseline(rec, "tf-keras and TensorFlow")
+    runtime_baseline(rec, "tf-keras and TensorFlow")
     steps = keras_steps(rec, count_images)
     _wrap_model(tf_keras.Model, tf_keras.callbacks.Callback, rec, steps, "tf.keras")
     rec.send(["K", "tensorflow"], urgent=True)
@@ -127,62 +151,6 @@ def install_image_stages(module: ModuleType, rec: Recorder,
         steps.stages = kstages.LoaderStages(steps.clock)
         steps.stages_delta = kstages.delta
     kstages.install(module, steps.stages)
-
-
-# -- memory: RSS at three moments, so the ledger can name what grew between them ----------------
-def rss_bytes() -> int | None:
-    """This process's resident set size (``/proc/self/statm``; Linux)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _baseline(rec: Recorder, what: str) -> None:
-    rss = rss_bytes()
-    if rss is not None:
-        rec.runtime_baseline(rss, f"watch: process RSS right after importing {what} "
-                                  "(interpreter + libraries)")
-
-
-def mark_rss(rec: Recorder, moment: str) -> None:
-    """The process's RSS at ``moment`` (``fit``: a fit or a hand-written loop begins;
-    ``first_step``: its first training step is done), once each."""
-    if moment in rec.rss_marks:
-        return
-    rss = rss_bytes()
-    if rss is not None:
-        rec.rss_marks[moment] = rss
-
-
-def refit_growth(rec: Recorder) -> None:
-    """A later fit's first training step is done: its RSS growth since the fit began (a train
-    function traced and compiled again, for more trainable weights) is added to fact
-    ``mem.refit_step_bytes``."""
-    start = rec.rss_marks.pop("refit", None)
-    rss = rss_bytes()
-    if start is None or rss is None:
-        return
-    total = rec.rss_marks["refit_total"] = rec.rss_marks.get("refit_total", 0) + max(0, rss - start)
-    rec.fact("mem.refit_step_bytes", total,
-             "watch: RSS growth over each later fit()'s start and first training step (its train "
-             "function compiled again: compile() dropped it), summed")
-
-
-def memory_growth_facts(rec: Recorder, weights: int, optimizer: int) -> None:
-    """Name the RSS growth from the import to fit() and over the first training step."""
-    marks = rec.rss_marks
-    if "import" in marks and "fit" in marks:
-        rec.fact("mem.model_objects_bytes", max(0, marks["fit"] - marks["import"] - weights),
-                 "watch: RSS growth from the framework import to the first fit() (or a "
-                 "hand-written loop's first batch), minus the weights (layer objects, graphs, "
-                 "the data pipeline's setup)")
-    if "fit" in marks and "first_step" in marks:
-        rec.fact("mem.first_step_bytes", max(0, marks["first_step"] - marks["fit"] - optimizer),
-                 "watch: RSS growth over fit()'s start (a loop's) and first training step, minus the "
-                 "optimizer state (traced/compiled train function, activations, allocator "
-                 "arenas, prefetched batches)")
 
 
 # -- where each backend fetches its batch ------------------------------------------------------
@@ -319,7 +287,7 @@ def _fit_trainable(model: Any, initial_epoch: int, rec: Recorder) -> None:
     try:
         if not getattr(model, "built", False):  # its weights do not exist yet
             return
-        n = sum(_count(v) for v in model.trainable_weights)
+        n = sum(count_of(v) for v in model.trainable_weights)
     except Exception:
         return
     fits = _FITS.setdefault(id(rec), [])
@@ -387,103 +355,6 @@ def _val_x(a: dict[str, Any]) -> Any:
     if isinstance(val, (tuple, list)) and val:
         return val[0]
     return val
-
-
-def _variables_bytes(variables: Any) -> int:
-    return sum(_count(v) * _itemsize(v.dtype) for v in variables)
-
-
-def _itemsize(dtype: Any) -> int:
-    """Bytes per element of a variable's dtype, whichever framework made it. Keras 3 variables
-    (every backend) carry a string ("float32"); tf-keras variables are ``tf.Variable``s, whose
-    ``tf.DType`` NumPy does not understand (``str`` gives "<dtype: 'float32'>") but whose
-    ``size`` is the element's bytes; NumPy and torch dtypes have ``itemsize``."""
-    for attr in ("itemsize", "size"):
-        size = getattr(dtype, attr, None)
-        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-            return size
-    name = str(getattr(dtype, "name", None) or dtype)
-    import numpy as np  # Keras depends on NumPy
-
-    try:
-        return int(np.dtype(name).itemsize)
-    except TypeError:
-        # bfloat16 and float8 names NumPy knows only once ml_dtypes registered them: the
-        # name's bit width is the element's (one byte at least: 4-bit types are stored so).
-        bits = re.search(r"(\d+)", name)
-        if bits is None:
-            raise
-        return max(1, int(bits.group(1)) // 8)
-
-
-def _count(v: Any) -> int:
-    count = 1
-    for dim in v.shape:
-        count *= int(dim)
-    return count
-
-
-PRECISION = {"bfloat16": "bf16", "float16": "fp16"}  # a Keras compute dtype, as train.precision
-
-
-def ledger_facts(model: Any, rec: Recorder, optimizer: Any = None) -> None:
-    """Weights and optimizer state after the first training phase (the optimizer exists now):
-    ``model.optimizer``, or ``optimizer`` (a hand-written loop's, never attached to the model)."""
-    w_bytes = o_bytes = 0
-    try:
-        weights = list(model.weights)
-        trainable = list(model.trainable_weights)
-        w_bytes = _variables_bytes(weights)
-        rec.fact("mem.weights_bytes", w_bytes, "watch: Keras model.weights")
-        rec.fact("model.params", sum(_count(v) for v in weights), "watch: Keras model.weights")
-        rec.fact("model.trainable_params", sum(_count(v) for v in trainable),
-                 "watch: Keras model.trainable_weights")
-        compute = str(getattr(getattr(model, "dtype_policy", None), "compute_dtype", ""))
-        if compute:  # mixed_bfloat16 computes in bfloat16, mixed_float16 in float16
-            rec.fact("train.precision", PRECISION.get(compute, "fp32"),
-                     "watch: Keras model.dtype_policy.compute_dtype")
-        optimizer = getattr(model, "optimizer", None) or optimizer
-        if optimizer is not None:
-            variables = optimizer.variables
-            # tf-keras's legacy optimizers (tf.keras.optimizers.legacy.*) have variables()
-            o_bytes = _variables_bytes(variables() if callable(variables) else variables)
-            rec.fact("mem.optimizer_bytes", o_bytes,
-                     "watch: Keras optimizer.variables after the first training phase")
-    except Exception as exc:  # facts are a nicety; never break the fit
-        rec.note("watch", f"Keras memory facts not read: {type(exc).__name__}: {exc}")
-    memory_growth_facts(rec, w_bytes, o_bytes)
-    _runtime_memory(rec)
-
-
-def _runtime_memory(rec: Recorder) -> None:
-    """What the framework's allocator says it holds (TensorFlow and JAX, where a device has it)."""
-    import sys
-
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        try:
-            info = tf.config.experimental.get_memory_info("CPU:0")
-            rec.fact("mem.tf_allocator_peak_bytes", int(info["peak"]),
-                     "watch: tf.config.experimental.get_memory_info('CPU:0')['peak']")
-        except Exception:  # not every build tracks the CPU allocator
-            pass
-        try:
-            # On a GPU the BFC pool is preallocated: its peak is what the tensors really used.
-            if tf.config.list_physical_devices("GPU"):
-                info = tf.config.experimental.get_memory_info("GPU:0")
-                rec.fact("mem.tf_gpu_peak_bytes", int(info["peak"]),
-                         "watch: tf.config.experimental.get_memory_info('GPU:0')['peak']")
-        except Exception:
-            pass
-    jax = sys.modules.get("jax")
-    if jax is not None:
-        try:
-            stats = jax.local_devices()[0].memory_stats() or {}  # None on a CPU
-            if "peak_bytes_in_use" in stats:
-                rec.fact("mem.jax_peak_bytes", int(stats["peak_bytes_in_use"]),
-                         "watch: jax.local_devices()[0].memory_stats()['peak_bytes_in_use']")
-        except Exception:
-            pass
 
 
 def callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
