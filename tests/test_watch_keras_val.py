@@ -3,7 +3,8 @@ one augmenting ImageDataGenerator on tf-keras (the validation subset keeps the g
 random transforms), and the Keras guide's tf.data pipeline with its augmentation mapped over the
 validation dataset too (Keras 3 on TensorFlow). The answer says validation was augmented; the
 same scripts validating on plain input get no such answer. Real frameworks, each in its own
-process, real JPEG files (keras_val_subset.py, keras_folder.py)."""
+process, real JPEG files (keras_val_subset.py, keras_folder.py). And validation from arrays in
+memory, where the seed's "straight to the GPU" is right (keras_known.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def test_validation_through_the_augmenting_generator_is_told(
     if plain_val:
         assert "Validation was augmented" not in printed
         assert val_transform and max(val_transform) < 0.05  # ms: no random transform to run
+        assert "Right for this run" not in printed  # it reads and decodes JPEG files
     else:
         assert "Validation was augmented" in printed
         assert "the validation loss and accuracy were measured on augmented images" in printed
@@ -62,3 +64,18 @@ def test_a_tf_data_augmentation_mapped_over_validation_is_told(
             "numbers in its maps" in printed) is augment_val
     for word in PYTORCH_ONLY_WORDS:
         assert word not in printed, word
+    # validation decodes its JPEGs in tf.data's threads, where no decode is timed: the files
+    # its phase read say its batches do not come straight from memory
+    assert "Right for this run" not in printed
+
+
+@pytest.mark.slow
+def test_validation_sliced_from_arrays_in_memory_is_right(tmp_path: Path) -> None:
+    """Planted: a Keras fit on NumPy arrays with validation arrays beside them, nothing to load
+    or decode; the seed's "validation passes batches straight to the GPU" holds there."""
+    s = _run_script(tmp_path / "watch", SCRIPT, "tensorflow", "arrays", "0", "dense",
+                    "--steps", "8", "--val", "8", "--batch", "32", "--epochs", "2")
+    printed = " ".join(s["_printed"].split())
+    assert "Inference checked: \"validation passes batches straight to the GPU\" Right for this " \
+           "run: validation read" in printed, printed[-3000:]
+    assert "Half right" not in printed
