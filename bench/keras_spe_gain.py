@@ -9,9 +9,13 @@ traces the train function). Pairs alternate so machine noise hits both alike. Th
 as many batches per epoch so an epoch still lasts long enough to time (its per-epoch start-up
 costs weigh more in it: the achieved figure errs low, if anything).
 
+With ``--callback-ms 0`` there is no callback: Keras's own per-batch Python and the train
+function's dispatch are the overhead (on a CPU watch times the graph inside the step, and the
+rest is the step's *other*); ``--input arrays`` feeds NumPy arrays, as a ``fit(x, y)`` does.
+
 Usage:
     PYTHONPATH=$PWD/src .venv/bin/python bench/keras_spe_gain.py [--pairs 3] [--steps 192]
-        [--callback-ms 30]
+        [--callback-ms 30] [--input pydataset|arrays]
 
 The last line is one JSON object: predicted and achieved (median over pairs) speed-ups.
 """
@@ -41,8 +45,9 @@ def watch_known(out: Path, *args: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def _watch(out: Path, steps: int, callback_ms: float, spe: int) -> dict:
-    return watch_known(out, "tensorflow", "pydataset", "0", "dense", "--steps", str(steps),
+def _watch(out: Path, steps: int, callback_ms: float, spe: int, source: str = "pydataset"
+           ) -> dict:
+    return watch_known(out, "tensorflow", source, "0", "dense", "--steps", str(steps),
                        "--epochs", "3", "--callback-ms", str(callback_ms), "--spe", str(spe))
 
 
@@ -80,29 +85,32 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--steps", type=int, default=192)
     ap.add_argument("--callback-ms", type=float, default=30.0)
+    ap.add_argument("--input", choices=("pydataset", "arrays"), default="pydataset")
     args = ap.parse_args()
     predicted: list[float] = []
     achieved: list[float] = []
     n = 0
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.pairs):
-            base = _watch(Path(tmp) / f"base{i}", args.steps, args.callback_ms, 1)
+            base = _watch(Path(tmp) / f"base{i}", args.steps, args.callback_ms, 1, args.input)
             f = next(f for f in base["findings"] if "steps_per_execution=" in f["fix"])
             n = int(re.search(r"steps_per_execution=(\d+)", f["fix"]).group(1))  # type: ignore[union-attr]
             gain = float(re.search(r"~([\d.]+)×", f["expected_gain"]).group(1))  # type: ignore[union-attr]
-            fast = _watch(Path(tmp) / f"spe{i}", 4 * args.steps, args.callback_ms, n)
+            fast = _watch(Path(tmp) / f"spe{i}", 4 * args.steps, args.callback_ms, n, args.input)
             ratio = train_rate(fast) / train_rate(base)
             predicted.append(gain)
             achieved.append(ratio)
-            print(f"pair {i + 1}: baseline {train_rate(base):.0f} img/s (callbacks "
-                  f"{base['by_phase']['train']['other_frac']:.0%} of a step), "
+            print(f"pair {i + 1}: baseline {train_rate(base):.0f} img/s (other "
+                  f"{base['by_phase']['train']['other_frac']:.0%} of a step, "
+                  f"{base['by_phase']['train']['verdict']}), "
                   f"steps_per_execution={n}: {train_rate(fast):.0f} img/s; predicted "
                   f"{f['expected_gain']!r}, achieved {ratio:.2f}×", flush=True)
     print(json.dumps({"bench": "keras_spe_gain", "steps_per_execution": n,
                       "predicted_x": statistics.median(predicted),
                       "achieved_x": round(statistics.median(achieved), 2),
                       "achieved_range_x": [round(min(achieved), 2), round(max(achieved), 2)],
-                      "pairs": args.pairs}))
+                      "pairs": args.pairs, "input": args.input,
+                      "callback_ms": args.callback_ms}))
 
 
 if __name__ == "__main__":

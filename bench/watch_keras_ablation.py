@@ -117,9 +117,9 @@ PATCHES = [
      '        with open("/proc/self/autogroup", "w") as f:\n'
      '            f.write("19")\n'),
     (INJECT / "stepscope_watch_keras_steps.py",
-     "MAX_CALL_SAMPLES = 20_000",
+     'KERAS_STAGES_SEQ = "keras_stages.seq."',
      '_ABL_RECORD = "record" in __import__("os").environ.get("ABL", "")\n'
-     "MAX_CALL_SAMPLES = 20_000"),
+     'KERAS_STAGES_SEQ = "keras_stages.seq."'),
     (INJECT / "stepscope_watch_keras_steps.py",
      "    def batch_begin(self, batch: int) -> None:\n",
      "    def batch_begin(self, batch: int) -> None:\n        if _ABL_RECORD:\n            return\n"),

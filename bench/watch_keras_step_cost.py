@@ -87,6 +87,7 @@ def measure_child(rounds: int, step_ms: float) -> dict[str, list[float]]:
     import keras
     import numpy as np
     import stepscope_watch_keras as hooks
+    import stepscope_watch_keras_calls as kcalls
     import stepscope_watch_keras_clock as kclock
     import stepscope_watch_keras_steps as ksteps
     import tensorflow as tf
@@ -173,7 +174,7 @@ def measure_child(rounds: int, step_ms: float) -> dict[str, list[float]]:
     fn(arg)
     n_calls = 5_000
     original = context.Context.call_function
-    ksteps.time_graph_calls(steps)
+    kcalls.time_graph_calls(steps)
     timed = context.Context.call_function
     steps.t_begin = steps.clock()  # inside a step window, as in training
 

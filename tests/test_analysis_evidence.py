@@ -180,7 +180,8 @@ def test_scipy_figures_only_for_the_seed_augmentation() -> None:
 
 def test_every_claim_is_used_where_sentences_are_made() -> None:
     src = Path(evidence.__file__).parent
-    code = "".join((src / f).read_text() for f in ("explain.py", "findings.py", "epoch_one.py", "keras_loader.py"))
+    code = "".join((src / f).read_text() for f in ("explain.py", "findings.py", "epoch_one.py", "keras_loader.py",
+                                                      "keras_spe.py"))
     for claim_id in evidence.CLAIMS:
         used = f'"{claim_id}"' in code
         used = used or (claim_id.startswith("decoded_") and 'f"decoded_{' in code)

@@ -14,11 +14,8 @@ from stepscope.analysis.keras_loader import stage_fields
 from stepscope.observe.inject import stepscope_watch_keras_clock as kclock
 from stepscope.observe.inject import stepscope_watch_keras_stages as kstages
 from stepscope.observe.inject import stepscope_watch_recorder as recorder
-from stepscope.observe.inject.stepscope_watch_keras_steps import (
-    KerasSteps,
-    TimedIterable,
-    TrainCalls,
-)
+from stepscope.observe.inject.stepscope_watch_keras_calls import TrainCalls
+from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, TimedIterable
 
 
 class _Clock:

@@ -290,7 +290,7 @@ class ModelFacts(TypedDict):
     augment_layers: list[str] | None  # Keras: the model's random augmentation layers (watch)
 
 
-class KerasTrainCalls(TypedDict):
+class _KerasCallsMeasured(TypedDict):
     """Keras on TensorFlow, steady training steps (fact ``loop.keras_train_calls``): the step's
     wall time against the graph TensorFlow ran inside it, one train-function call a step."""
 
@@ -301,6 +301,15 @@ class KerasTrainCalls(TypedDict):
     wait_s: float  # the data wait in them (inside the graph on TensorFlow), summed
     work_median_s: float  # per call: the graph's time less its data wait, median
     work_p10_s: float  # the same, 10th percentile (its threads warm, as in a long execution)
+
+
+class KerasTrainCalls(_KerasCallsMeasured, total=False):
+    """The same, and what watch adds since 2026-12-06 (an older run's fact lacks them)."""
+
+    callbacks_s: float  # the user's batch callbacks on the loop's thread, summed
+    # the steps' other_s is all the loop did outside the graph's work (the callbacks, Keras's
+    # per-batch Python, the call's dispatch and return: TensorFlow with no GPU); else callbacks
+    other_is_loop: bool
 
 
 # Functional form: "class" is a key (the input's class name, as watch records it).

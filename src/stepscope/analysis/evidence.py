@@ -71,6 +71,14 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
     # steady steps for a median.
     "keras_graph_timed": (Need(f"{KERAS_CALLS}.work_median_s"),
                           Need(f"{KERAS_CALLS}.calls", 10)),
+    # "other: Keras's per-batch Python and callbacks, the dispatch and return": on a CPU the
+    # step's other_s is all the loop did outside TensorFlow's graph (watch timed the graph).
+    "keras_other_is_loop": (Need(f"{KERAS_CALLS}.other_is_loop", equals=True),),
+    # ... and it took a material share of the training step: steps_per_execution.
+    "keras_loop_overhead": (Need(f"{KERAS_CALLS}.other_is_loop", equals=True),
+                            Need(f"{KERAS_CALLS}.work_median_s"),
+                            Need(f"{KERAS_CALLS}.calls", 10),
+                            Need("by_phase.train.other_frac", 0.1)),
     # "the tf.data pipeline caches": watch read a .cache() in the pipeline given to Model.fit.
     "tf_data_cache": (Need("loader.kind", equals="tf.data"), Need("loader.cache", equals=True)),
     # "validation was augmented": watch read random transforms set on the ImageDataGenerator

@@ -122,8 +122,11 @@ def headline(s: Summary) -> tuple[str, str] | None:
         text = (f"{kind} was transfer-bound: {fmt_pct(agg['transfer_frac'])} of every step copied "
                 "the batch to the device.")
     else:
+        what = claim(s, "keras_other_is_loop", "Keras's per-batch Python and callbacks, the "
+                     "train function's dispatch and return: the step outside TensorFlow's "
+                     "graph, timed by watch") or "logging, metrics, syncs"
         text = (f"{kind} was overhead-bound: {fmt_pct(agg['other_frac'])} of every step was loop "
-                "overhead outside data, copy and compute (logging, metrics, syncs).")
+                f"overhead outside data, copy and compute ({what}).")
         if (written := budget.checkpoints_in_overhead(agg)) is not None:
             text += (f" Most of it was checkpoints written inside the steps: "
                      f"{fmt_s(written[0])}, timed around each save.")

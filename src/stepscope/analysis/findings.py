@@ -9,14 +9,12 @@ speed-up of (1 − 0.10) / (1 − d).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from stepscope import policy
 from stepscope.analysis import budget, epoch_one
 from stepscope.analysis.contracts import Finding, Severity, by_severity, make_finding
 from stepscope.analysis.contracts_summary import (
-    KerasTrainCalls,
     MemorySection,
     ModelFacts,
     PhaseAgg,
@@ -25,7 +23,17 @@ from stepscope.analysis.contracts_summary import (
 )
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fixes import capacity_fix
-from stepscope.analysis.fmt import fmt_bytes, fmt_ms, fmt_pct, fmt_ratio, fmt_s, fmt_time
+from stepscope.analysis.fmt import (
+    fmt_bytes,
+    fmt_gain,
+    fmt_ms,
+    fmt_pct,
+    fmt_ratio,
+    fmt_s,
+    fmt_time,
+    seconds,
+)
+from stepscope.analysis.keras_spe import keras_steps_per_execution
 from stepscope.analysis.thaw import thawed
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
 from stepscope.analysis.vocab import (
@@ -69,21 +77,12 @@ def speedup_without(frac: float, residual: float = 0.0) -> float:
     return (1.0 - residual) / max(1e-9, 1.0 - frac)
 
 
-def _gain_words(gain: float) -> str:
-    # Past ~10× the remaining parts are too small to measure well; do not promise more.
-    return "over 10× faster" if gain > 10 else f"~{fmt_ratio(gain)} faster"
-
-
 def _split_line(agg: PhaseAgg) -> str:
-    return (f"a step took {fmt_ms(_s(agg['step_ms_per_step']))}: "
-            f"{fmt_ms(_s(agg['data_wait_ms_per_step']))} waiting for data, "
-            f"{fmt_ms(_s(agg['transfer_ms_per_step']))} copying, "
-            f"{fmt_ms(_s(agg['compute_ms_per_step']))} computing, "
-            f"{fmt_ms(_s(agg['other_ms_per_step']))} other")
-
-
-def _s(ms: float | None) -> float | None:
-    return None if ms is None else ms / 1000.0
+    return (f"a step took {fmt_ms(seconds(agg['step_ms_per_step']))}: "
+            f"{fmt_ms(seconds(agg['data_wait_ms_per_step']))} waiting for data, "
+            f"{fmt_ms(seconds(agg['transfer_ms_per_step']))} copying, "
+            f"{fmt_ms(seconds(agg['compute_ms_per_step']))} computing, "
+            f"{fmt_ms(seconds(agg['other_ms_per_step']))} other")
 
 
 def _input_fix(agg: PhaseAgg, cores: float | None,
@@ -189,8 +188,8 @@ def input_finding(agg: PhaseAgg, cores: float | None,
             why = f"; {t} {makers} make batches at most {fmt_ratio(t / max(w, 1))} as fast"
     step = agg.get("step_ms_per_step")
     new_step = None if step is None else step / gain
-    expected = (f"{change}: data wait {fmt_pct(d)} → {after}, {_gain_words(gain)} "
-                f"(step {fmt_ms(_s(step))} → {fmt_ms(_s(new_step))}{why})")
+    expected = (f"{change}: data wait {fmt_pct(d)} → {after}, {fmt_gain(gain)} "
+                f"(step {fmt_ms(seconds(step))} → {fmt_ms(seconds(new_step))}{why})")
     # The capacity model prices DataLoader changes; a Keras run keeps its own fix and the
     # split-based estimate (Keras's torch backend runs a DataLoader the script never sees).
     framework = framework_of(summary or {})
@@ -288,93 +287,17 @@ def tf_eager_finding(agg: PhaseAgg, summary: Summary) -> Finding | None:
                     "CPU (bench/tf_loop_function.py); measure it", MEASURE_COMPARE)
 
 
-# steps_per_execution=N runs the batch callbacks once per N batches; N is chosen so they are left
-# with ≤ 5 % of the new step, capped where a longer execution delays the progress bar too much.
-SPE_RESIDUAL_FRAC = 0.05
-SPE_MAX = 64
-
-
-def _spe_n(o: float, now: int = 1) -> int:
-    """N that leaves a per-call share ``o`` (of a call of ``now`` batches) ≤ 5 % of the new step:
-    (1 − o)·N/now ≥ o / 0.05."""
-    return max(2, min(SPE_MAX, math.ceil(now * o / (SPE_RESIDUAL_FRAC * max(1.0 - o, 0.01)))))
-
-
-def keras_steps_per_execution(agg: PhaseAgg, summary: Summary | None
-                              ) -> tuple[str, str, str] | None:
-    """(fix, expected gain, evidence) for ``steps_per_execution`` on a Keras training phase whose
-    measured batch-callback time (``other_frac``, claim ``keras_callback_overhead``) is material;
-    None otherwise. Priced from the graph's measured time when watch timed it (TensorFlow, claim
-    ``keras_graph_timed``), else a floor from the callbacks alone."""
-    if summary is None or agg.get("phase") != "train" or framework_of(summary) != KERAS \
-            or not holds(summary, "keras_callback_overhead"):
-        return None
-    evidence = (f"the script's own on_train_batch_begin/_end callbacks held the loop "
-                f"{fmt_ms(_s(agg['other_ms_per_step']))} of every training step "
-                f"({fmt_pct(agg['other_frac'])}, timed by watch)")
-    calls = (summary.get("loader") or {}).get("train_calls")
-    if calls is not None and holds(summary, "keras_graph_timed"):
-        return _spe_from_graph(calls, evidence)
-    o = agg["other_frac"] or 0.0
-    n = _spe_n(o)
-    gain = 1.0 / ((1.0 - o) + o / n)
-    # A lower bound: the train function's per-call dispatch (a tf.function/jit call, Keras's
-    # own per-batch bookkeeping) is divided by n as well, but without the graph timed apart
-    # (JAX, torch) it sits inside the step's compute. On a tiny model it is most of the
-    # compute, and the rerun gained 15-20× where this predicted ~4.5× (docs/keras.md).
-    words = _gain_words(gain) if gain > 10 else f"at least {_gain_words(gain)}"
-    return _spe_fix(n), (f"{words} (callbacks then run once per {n} batches; the per-call "
-                         "dispatch inside the step is divided too, which a small model's step "
-                         "is mostly made of)"), evidence
-
-
-def _spe_fix(n: int, now: int = 1) -> str:
-    now_words = "" if now <= 1 else f" (now {now})"
-    return (f"model.compile(..., steps_per_execution={n}){now_words} runs {n} batches per call, "
-            f"so the per-batch callbacks run once per {n} batches; or make them async_safe / "
-            "move their work to on_epoch_end")
-
-
-def _spe_from_graph(calls: KerasTrainCalls, evidence: str) -> tuple[str, str, str] | None:
-    """Price N from one call's measured parts: the graph's work (median over calls, so a few
-    descheduled calls do not count as work) and the data wait (on TensorFlow fetched inside the
-    graph) repeat per batch; the rest of the step (the callbacks, Keras's per-batch Python, the
-    tf.function dispatch and return) is paid once per call. With ``now`` batches a call today
-    and N after, a batch costs (work + wait) / now + rest / N instead of step / now. Not
-    modelled: a longer execution runs its batches back to back, so the graph's threads stay warm (its work falls)
-    while a loader that filled its buffer during the callbacks now has to keep pace (the wait
-    rises); docs/keras.md has both, measured."""
-    now = max(1, int(calls.get("steps_per_execution") or 1))
-    count = max(1.0, float(calls["calls"]))
-    step = float(calls["step_s"]) / count
-    wait = float(calls["wait_s"]) / count
-    repeat = min(float(calls["work_median_s"]) + wait, step)
-    rest = step - repeat
-    n = _spe_n(rest / step if step > 0 else 0.0, now)
-    if n <= now:
-        return None  # already runs as many batches a call as is worth it
-    gain = (step / now) / (repeat / now + rest / n)
-    per = f"per call ({now} batches)" if now > 1 else "per batch"
-    measured = (f"{per}, TensorFlow's graph worked {fmt_ms(float(calls['work_median_s']))} "
-                f"(median over calls) and waited {fmt_ms(wait)} for data, of a "
-                f"{fmt_ms(step)} step: the other {fmt_ms(rest)} (callbacks, Keras's per-batch "
-                "Python, the tf.function dispatch and return) is paid once per call (timed by "
-                "watch around TensorFlow's function call, the graph's end clocked inside it)")
-    return (_spe_fix(n, now),
-            f"~{fmt_ratio(gain)} faster (a batch would cost the graph's "
-            f"{fmt_ms(repeat / now)} plus {fmt_ms(rest)} / {n} of per-call overhead)",
-            f"{evidence}; {measured}")
-
-
 def keras_callback_finding(agg: PhaseAgg, summary: Summary) -> Finding | None:
-    """Material callback overhead on a Keras run that is bound by something else."""
+    """Material per-call overhead on a Keras run that is bound by something else."""
     spe = keras_steps_per_execution(agg, summary)
     if spe is None or agg.get("verdict") == "overhead-bound":
         return None  # the overhead-bound finding carries the same fix
+    what = ("Keras's loop outside TensorFlow's graph (callbacks, per-batch Python, the call's "
+            "dispatch) takes" if holds(summary, "keras_loop_overhead")
+            else "Keras batch callbacks take")
     return _finding("keras_callback_overhead_train", "low",
-                    f"Keras batch callbacks take {fmt_pct(agg['other_frac'])} of every "
-                    "training step", [spe[2], _split_line(agg)], spe[0], spe[1],
-                    MEASURE_COMPARE)
+                    f"{what} {fmt_pct(agg['other_frac'])} of every training step",
+                    [spe[2], _split_line(agg)], spe[0], spe[1], MEASURE_COMPARE)
 
 
 def _frozen_until(model: ModelFacts, keras: bool) -> str:

@@ -134,6 +134,23 @@ def fmt_ratio(x: float | None) -> str:
     return f"{x:.1f}×" if abs(x) < 10 else f"{x:.0f}×"
 
 
+
+def fmt_gain(gain: float) -> str:
+    """A predicted speed-up in words; past ~10× the remaining parts are too small to measure
+    well, so no more is promised.
+
+    Examples:
+        >>> fmt_gain(1.347), fmt_gain(14.0)
+        ('~1.35× faster', 'over 10× faster')
+    """
+    return "over 10× faster" if gain > 10 else f"~{fmt_ratio(gain)} faster"
+
+
+def seconds(ms: float | None) -> float | None:
+    """Milliseconds (the summary's per-step figures) as seconds, for ``fmt_ms``."""
+    return None if ms is None else ms / 1000.0
+
+
 def fmt_num(v: float | None, digits: int = 1) -> str:
     """A plain number with thousands separators ("1,234.5")."""
     return MISSING if v is None else f"{v:,.{digits}f}"

@@ -17,32 +17,27 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_keras_calls import time_graph_calls
     from stepscope.observe.inject.stepscope_watch_keras_clock import (
         GraphClock,
         process_clock,
         time_py_funcs,
     )
-    from stepscope.observe.inject.stepscope_watch_keras_steps import (
-        KerasSteps,
-        TimedIterable,
-        time_graph_calls,
-    )
+    from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, TimedIterable
     from stepscope.observe.inject.stepscope_watch_recorder import Recorder
 else:
     try:  # in the watched interpreter these are top-level modules (see sitecustomize)
+        from stepscope_watch_keras_calls import time_graph_calls
         from stepscope_watch_keras_clock import GraphClock, process_clock, time_py_funcs
-        from stepscope_watch_keras_steps import KerasSteps, TimedIterable, time_graph_calls
+        from stepscope_watch_keras_steps import KerasSteps, TimedIterable
     except ImportError:  # in-process, for stepscope.keras.Callback
+        from stepscope.observe.inject.stepscope_watch_keras_calls import time_graph_calls
         from stepscope.observe.inject.stepscope_watch_keras_clock import (
             GraphClock,
             process_clock,
             time_py_funcs,
         )
-        from stepscope.observe.inject.stepscope_watch_keras_steps import (
-            KerasSteps,
-            TimedIterable,
-            time_graph_calls,
-        )
+        from stepscope.observe.inject.stepscope_watch_keras_steps import KerasSteps, TimedIterable
 
 
 _PATCHED: set[str] = set()
@@ -92,6 +87,7 @@ def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
 
     cls.__next__, cls._get_iterator = __next__, _get_iterator
     clock = _clock(tf, steps)
+    steps.graph_is_work = _cpu_only(tf)
     time_graph_calls(steps)
     _time_epoch_end(steps)
     # Each step's results come out of the (maybe XLA-compiled) one-step function through this
@@ -181,6 +177,7 @@ def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
     cls.enumerate_epochs = enumerate_epochs
     cls.steps = steps_
     clock = _clock(tf, steps)
+    steps.graph_is_work = _cpu_only(tf)
     time_graph_calls(steps)
     # tf-keras's train, test and predict step functions end by reducing the replicas' outputs
     # with this module function, in the train function's graph (outside a jit-compiled step).
@@ -238,6 +235,14 @@ class ReadyClock:
             except Exception:  # a failed step: its error is the loop's to raise
                 continue
             at.append(self.clock())
+
+
+def _cpu_only(tf: Any) -> bool:
+    """TensorFlow sees no GPU: its graph calls return once their work is done."""
+    try:
+        return not tf.config.list_physical_devices("GPU")
+    except Exception:  # unknown: keep the loop's time in compute, as on a GPU
+        return False
 
 
 def _patch_jax(rec: Recorder, steps: KerasSteps) -> None:

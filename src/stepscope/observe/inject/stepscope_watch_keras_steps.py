@@ -21,7 +21,9 @@ The user's own batch callbacks (``on_train_batch_begin``/``_end`` overridden by 
 to ``fit``) are timed when they run on the loop's thread (a callback that is not ``async_safe``
 runs there; an async-safe one runs on Keras's thread pool and holds nothing up): that time is
 the step's ``other_s``, the overhead ``steps_per_execution`` would divide. Keras's own progress
-bar is not timed (``verbose=2`` prints per epoch).
+bar is not timed (``verbose=2`` prints per epoch). On TensorFlow with no GPU the graph is timed
+inside each step (below), and ``other_s`` is what the loop's thread ran outside the graph
+calls: the callbacks, and Keras's per-batch Python (its CPU time there; see ``_settle``).
 
 With ``steps_per_execution = n`` a step is n batches; their waits are summed as if the compute
 between them were nil, an upper bound that is exact for n = 1.
@@ -69,47 +71,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stepscope.observe.inject.stepscope_watch_keras_calls import TrainCalls
     from stepscope.observe.inject.stepscope_watch_keras_clock import GraphClock
     from stepscope.observe.inject.stepscope_watch_recorder import PhaseState, Recorder
 
 ImagesFn = Callable[[int, int], int]
 KERAS_STAGES_SEQ = "keras_stages.seq."  # the parent maps the child's phase number to its id
-MAX_CALL_SAMPLES = 20_000  # per-call graph times kept for the median (160 KB at most)
-
-
-class TrainCalls:
-    """Steady training steps' wall, graph and data-wait times, over the run (fact
-    ``loop.keras_train_calls``)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.step_s = 0.0
-        self.graph_s = 0.0
-        self.wait_s = 0.0
-        self.batches = 1
-        # per call, the graph's time less the data wait in it (the first MAX_CALL_SAMPLES)
-        self.work: list[float] = []
-
-    def add(self, wall: float, graph: float, wait: float, batches: int) -> None:
-        self.calls += 1
-        self.step_s += wall
-        self.graph_s += graph
-        self.wait_s += wait
-        self.batches = batches
-        if len(self.work) < MAX_CALL_SAMPLES:
-            self.work.append(max(graph - wait, 0.0))
-
-    def fact(self) -> dict[str, float] | None:
-        if not self.work:
-            return None
-        ys = sorted(self.work)
-        return {"calls": self.calls, "steps_per_execution": self.batches,
-                "step_s": round(self.step_s, 6), "graph_s": round(self.graph_s, 6),
-                "wait_s": round(self.wait_s, 6),
-                "work_median_s": round(_quantile(ys, 0.5), 7),
-                "work_p10_s": round(_quantile(ys, 0.1), 7)}
-
-
 @dataclass(slots=True)
 class _Closed:
     """A step the loop closed, with what its figures need: settled once the graph clock's
@@ -131,6 +98,9 @@ class _Closed:
     gil0: tuple[float, float]  # the GIL clocks as the window opened and closed
     gil: tuple[float, float]
     ready: Callable[[], float | None] | None  # JAX: when the step's results were ready
+    loop_cpu: float = 0.0  # the loop thread's CPU outside the graph calls (graph_is_work)
+    # from one batch-begin to the next: no iterator made, no epoch ended in the window
+    between_batches: bool = False
     settled: bool = False
     wait: float = 0.0  # data wait and overhead, once settled
     other: float = 0.0
@@ -148,11 +118,6 @@ def _stamp(ready: Callable[[], float | None], until: float) -> float:
     while (at := ready()) is None and time.perf_counter() < deadline:
         time.sleep(0.001)
     return until if at is None else at
-
-
-def _quantile(ys: list[float], q: float) -> float:
-    """The ``q`` quantile of sorted ``ys`` (nearest rank)."""
-    return ys[min(len(ys) - 1, int(q * len(ys)))]
 
 
 class KerasSteps:
@@ -217,6 +182,13 @@ class KerasSteps:
         self.loader_busy: Callable[[], float] | None = None
         self.off0 = self.busy0 = 0.0
         self.graph_clock: GraphClock | None = None  # the fetches' waits, clocked in the graph
+        # TensorFlow with no GPU: a graph call runs its ops to the end before it returns, so
+        # the graph's time is the step's work and the rest of the step is the loop's (see
+        # ``_settle``). On a GPU its kernels are only queued by then.
+        self.graph_is_work = False
+        self.graph_cpu = 0.0  # the loop thread's CPU inside the open step's graph calls
+        self.cpu0 = 0.0  # and its CPU clock as the step opened
+        self.from_begin = False  # the open step's window opened at a batch-begin
         self.wall_from = 0.0  # the open step's start on the graph clock's clock (time.time())
 
     # -- producers -------------------------------------------------------------------------------
@@ -274,6 +246,7 @@ class KerasSteps:
         self.images_fn = images_fn
         self.t_start = t  # iterator creation and the first fetch belong to step 0
         self.t_begin = None
+        self.from_begin = False
         self.wall_from = time.time()  # fetches before this are outside any step window
         self._reset()
 
@@ -282,8 +255,9 @@ class KerasSteps:
         if self.phase is None:
             return
         if self.t_begin is not None:  # no pull ended the step (TF, JAX): this begin does
-            self._close(t)
+            self._close(t, between_batches=self.from_begin)
             self.t_start = t
+            self.from_begin = True
         self.t_begin = t
         self.first = batch
 
@@ -299,13 +273,15 @@ class KerasSteps:
             self._stage_fact(ph)
         return ph
 
-    def graph_ran(self, t0: float, t1: float) -> None:
+    def graph_ran(self, t0: float, t1: float, cpu: float = 0.0) -> None:
         """TensorFlow ran a function's graph from ``t0`` to ``t1`` (``time.time()``; any thread:
-        only the loop's own calls, inside a step window, count)."""
+        only the loop's own calls, inside a step window, count), the calling thread on its CPU
+        ``cpu`` seconds of it."""
         if self.t_begin is None or threading.get_ident() != self.main_thread_id:
             return
         self.graph_calls += 1
         self.graph_s += t1 - t0
+        self.graph_cpu += cpu
         self.last_call = (t0, t1)
 
     def _calls_fact(self, ph: PhaseState) -> None:
@@ -357,9 +333,11 @@ class KerasSteps:
         self.pull_s = 0.0
         self.graph_s = 0.0
         self.graph_calls = 0
+        self.graph_cpu = 0.0
+        self.cpu0 = time.thread_time() if self.graph_is_work else 0.0
         self.off0, self.busy0 = self._gil_now() if gil is None else gil
 
-    def _close(self, t: float) -> None:
+    def _close(self, t: float, between_batches: bool = False) -> None:
         # Once a step, on the thread that paces the loop, where each microsecond is one the
         # step takes longer: it stores what the step's figures need, and settling and sending
         # wait for the graph clock's next read (~7 us a step in a hot loop, where settling
@@ -376,7 +354,9 @@ class KerasSteps:
         closed = _Closed(self.phase, self.t_start, t, (self.wall_from, wall), self.blocked_s,
                          self.pulled_images if self.pulled > 0 else None, self.first,
                          self.graph_s, self.graph_calls, self.last_call, self.per_step,
-                         self.pull_s, self.callback_s, (self.off0, self.busy0), gil, ready)
+                         self.pull_s, self.callback_s, (self.off0, self.busy0), gil, ready,
+                         time.thread_time() - self.cpu0 - self.graph_cpu
+                         if self.graph_is_work else 0.0, between_batches)
         unready = self._unready
         unready.append(closed)
         if self.graph_clock is None:
@@ -393,8 +373,10 @@ class KerasSteps:
         (the fetches the graph clocked in its window, ``GraphClock.between``)."""
         fetches, waited, fetched_images, end, start = clocked
         wait = c.blocked_s
+        in_graph = 0.0
         if fetches > 0:  # TensorFlow: the fetches clocked inside the graph calls
             wait += waited
+            in_graph = waited
             if fetched_images >= 0:
                 c.images = fetched_images
         graph = c.graph_s
@@ -408,7 +390,8 @@ class KerasSteps:
         if self.train_calls is not None and c.graph_calls > 0 \
                 and c.phase.phase == "train" and c.phase.steps >= c.phase.warm:
             # TensorFlow fetches the batch inside the graph: its wait is part of the graph time
-            self.train_calls.add(span, graph, wait, c.per_step)
+            self.train_calls.add(span, graph, wait, c.per_step, c.callback_s)
+            self.train_calls.other_is_loop = self.graph_is_work
         if self.off_cpu is not None and self.loader_busy is not None:
             # waiting for the GIL or a core the loading threads hold, while they were loading
             # (outside the graph's work, the pulls already counted and the user's callbacks)
@@ -416,7 +399,23 @@ class KerasSteps:
             busy = c.gil[1] - c.gil0[1]
             wait = min(wait + max(min(slept, busy), 0.0), span)
         c.wait = wait
-        c.other = min(c.callback_s, max(span - wait, 0.0))
+        if self.graph_is_work and c.graph_calls > 0 and c.phase.steps >= c.phase.warm \
+                and c.between_batches:
+            # (A warm-up step traces the step function in Python, and a phase's first and last
+            # steps make its iterator and end its epoch, on the loop's CPU: costs once a phase,
+            # not a call, left in compute as before.) The graph's own work (its time less the fetch's wait in it) is the step's compute;
+            # outside it the loop runs its callbacks and Keras's per-batch Python, on its CPU:
+            # that is other, which steps_per_execution divides. A 2-layer Dense net's 1 ms step
+            # on this CPU was 0.1 ms of graph work and ~0.8 ms of that; counted as compute, the
+            # run read "compute-bound" and was told mixed precision. The loop thread's time off
+            # its CPU there (a core taken by another process) stays compute, as elsewhere:
+            # counted as other, a convolution net beside a busy process read "overhead-bound".
+            outside = max(span - wait - max(graph - in_graph, 0.0), 0.0)
+            callbacks = min(c.callback_s, outside)
+            own = max(c.loop_cpu - min(callbacks, c.loop_cpu), 0.0)  # a callback's CPU is its own
+            c.other = callbacks + min(own, outside - callbacks)
+        else:
+            c.other = min(c.callback_s, max(span - wait, 0.0))
         c.settled = True
 
     def _record(self, until: float | None = None) -> None:
@@ -471,33 +470,6 @@ class KerasSteps:
             self.rec.send_step(c.phase, start, span, wait, 0.0, span - wait - other, other,
                                images)
             self.rec.tick(end)
-
-
-def time_graph_calls(steps: KerasSteps) -> None:
-    """Time every graph TensorFlow runs for a ``tf.function`` call (``Context.call_function``,
-    the eager entry of ``AtomicFunction.call_flat``): two clock reads and a method call, a few
-    microseconds per train-function call. Eager single ops (``execute.execute`` from Python)
-    do not pass here: they stay in the step's per-call overhead, where Keras's own
-    ``Optional.has_value``/``get_value`` after each call belong."""
-    from tensorflow.python.eager import context
-
-    cls = context.Context
-    inner = cls.call_function
-    if getattr(inner, "_stepscope", False):
-        return
-    ran = steps.graph_ran
-
-    def call_function(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # the wall clock: the graph's end is clocked by tf.timestamp, on the same clock
-        t0 = time.time()
-        try:
-            return inner(self, *args, **kwargs)
-        finally:
-            ran(t0, time.time())
-
-    call_function._stepscope = True  # type: ignore[attr-defined]
-    cls.call_function = call_function
-    steps.train_calls = TrainCalls()
 
 
 def gil_clocks(clock: Callable[[], float]) -> tuple[Callable[[], float], Callable[[], float]]:

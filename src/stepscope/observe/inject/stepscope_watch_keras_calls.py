@@ -1,0 +1,93 @@
+"""The graph TensorFlow runs inside each Keras step, timed: ``Context.call_function`` wrapped
+with a clock pair (``time_graph_calls``), and the steady training steps' wall, graph and
+data-wait times summed over the run (``TrainCalls``, fact ``loop.keras_train_calls``), which
+price ``steps_per_execution`` (``stepscope.analysis.keras_spe``).
+
+Standard library only: this runs inside the user's interpreter.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+
+class _Steps(Protocol):
+    """What the timer needs of ``KerasSteps`` (which imports this module)."""
+
+    train_calls: TrainCalls | None
+
+    def graph_ran(self, t0: float, t1: float, cpu: float = 0.0) -> None: ...
+
+MAX_CALL_SAMPLES = 20_000  # per-call graph times kept for the median (160 KB at most)
+
+
+class TrainCalls:
+    """Steady training steps' wall, graph and data-wait times, over the run (fact
+    ``loop.keras_train_calls``)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.step_s = 0.0
+        self.graph_s = 0.0
+        self.wait_s = 0.0
+        self.callbacks_s = 0.0  # the user's batch callbacks on the loop's thread
+        self.batches = 1
+        self.other_is_loop = False  # the step's other_s is all of it outside the graph's work
+        # per call, the graph's time less the data wait in it (the first MAX_CALL_SAMPLES)
+        self.work: list[float] = []
+
+    def add(self, wall: float, graph: float, wait: float, batches: int,
+            callbacks: float = 0.0) -> None:
+        self.calls += 1
+        self.step_s += wall
+        self.graph_s += graph
+        self.wait_s += wait
+        self.callbacks_s += callbacks
+        self.batches = batches
+        if len(self.work) < MAX_CALL_SAMPLES:
+            self.work.append(max(graph - wait, 0.0))
+
+    def fact(self) -> dict[str, float] | None:
+        if not self.work:
+            return None
+        ys = sorted(self.work)
+        return {"calls": self.calls, "steps_per_execution": self.batches,
+                "step_s": round(self.step_s, 6), "graph_s": round(self.graph_s, 6),
+                "wait_s": round(self.wait_s, 6), "callbacks_s": round(self.callbacks_s, 6),
+                "other_is_loop": self.other_is_loop,
+                "work_median_s": round(_quantile(ys, 0.5), 7),
+                "work_p10_s": round(_quantile(ys, 0.1), 7)}
+
+
+def _quantile(ys: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``ys`` (nearest rank)."""
+    return ys[min(len(ys) - 1, int(q * len(ys)))]
+
+
+def time_graph_calls(steps: _Steps) -> None:
+    """Time every graph TensorFlow runs for a ``tf.function`` call (``Context.call_function``,
+    the eager entry of ``AtomicFunction.call_flat``): the wall clock and the calling thread's
+    CPU clock read before and after, and a method call, a few microseconds per train-function
+    call. Eager single ops (``execute.execute`` from Python)
+    do not pass here: they stay in the step's per-call overhead, where Keras's own
+    ``Optional.has_value``/``get_value`` after each call belong."""
+    from tensorflow.python.eager import context
+
+    cls = context.Context
+    inner = cls.call_function
+    if getattr(inner, "_stepscope", False):
+        return
+    ran, cpu = steps.graph_ran, time.thread_time
+
+    def call_function(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # the wall clock: the graph's end is clocked by tf.timestamp, on the same clock
+        t0, c0 = time.time(), cpu()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            ran(t0, time.time(), cpu() - c0)
+
+    call_function._stepscope = True  # type: ignore[attr-defined]
+    cls.call_function = call_function
+    steps.train_calls = TrainCalls()
