@@ -261,6 +261,38 @@ def test_steps_per_execution_priced_from_the_timed_graph() -> None:
         assert "graph" not in g["evidence"]
 
 
+def test_keras_loop_overhead_without_callbacks_is_told_steps_per_execution() -> None:
+    """On a CPU the step's other is the loop's own Python outside TensorFlow's graph
+    (train_calls.other_is_loop): material, it is priced from the graph and told in words that
+    blame no callback of the script's (it has none); validation's is told evaluate reads the
+    same setting. Without other_is_loop the other is the callbacks', as before."""
+    train = _agg("train", verdict="overhead-bound", data_wait_frac=0.15, compute_frac=0.3,
+                 other_frac=0.55, other_ms_per_step=0.55, step_ms_per_step=1.0)
+    val = _agg("val", verdict="overhead-bound", data_wait_frac=0.1, compute_frac=0.5,
+               other_frac=0.4, other_ms_per_step=0.4, step_ms_per_step=1.0)
+    calls = {"calls": 800, "steps_per_execution": 1, "step_s": 0.8, "graph_s": 0.2,
+             "wait_s": 0.1, "callbacks_s": 0.0, "other_is_loop": True,
+             "work_median_s": 0.0001, "work_p10_s": 0.00001}
+    s = _summary(loader={"framework": "keras", "callbacks_timed": None, "train_calls": calls},
+                 by_phase={"train": train, "val": val})
+    found = {f["id"]: f for f in build_findings(s)}
+    f = found["overhead_bound_train"]
+    assert "steps_per_execution=" in f["fix"] and "so Keras's per-call work" in f["fix"]
+    assert "async_safe" not in f["fix"] and "callbacks held" not in f["evidence"]
+    assert "TensorFlow's graph worked 0.1 ms" in f["evidence"]
+    assert "in validation too (evaluate reads it)" in found["overhead_bound_val"]["fix"]
+    assert "(Keras's per-batch Python and callbacks, the train function's dispatch and return: " \
+           "the step outside TensorFlow's graph, timed by watch)" in _text(headline, s)
+    # the same split where the other is the callbacks' alone (a GPU, an older watch): no advice
+    # without the callbacks timed, and validation gets the generic words
+    old = _summary(loader={"framework": "keras", "callbacks_timed": None,
+                           "train_calls": {**calls, "other_is_loop": False}},
+                   by_phase={"train": train, "val": val})
+    text = str(build_findings(old))
+    assert "steps_per_execution" not in text
+    assert "(logging, metrics, syncs)" in _text(headline, old)
+
+
 def test_tf_distribute_sentence_needs_the_recorded_strategy() -> None:
     s = _summary(loader={"framework": "keras", "distribute_strategy": "MirroredStrategy",
                          "distribute_replicas": 2})

@@ -33,7 +33,7 @@ from stepscope.analysis.fmt import (
     fmt_time,
     seconds,
 )
-from stepscope.analysis.keras_spe import keras_steps_per_execution
+from stepscope.analysis.keras_spe import keras_steps_per_execution, keras_val_spe_fix
 from stepscope.analysis.thaw import thawed
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
 from stepscope.analysis.vocab import (
@@ -230,11 +230,14 @@ def other_bound_finding(agg: PhaseAgg, model: ModelFacts | None = None,
     if v == "overhead-bound":
         o = agg["other_frac"] or 0.0
         spe = keras_steps_per_execution(agg, summary)
+        fix = words.overhead_fix
+        if summary is not None and holds(summary, "keras_other_is_loop"):
+            fix = keras_val_spe_fix()  # validation's other: Keras's per-call Python
         return _finding(f"overhead_bound_{agg['phase']}", "medium",
                         f"{kind.capitalize()} is overhead-bound: {fmt_pct(o)} of every step is "
                         "loop overhead outside data, copy and compute",
                         [_split_line(agg), *(spe[2:] if spe else [])],
-                        spe[0] if spe else words.overhead_fix,
+                        spe[0] if spe else fix,
                         spe[1] if spe else f"up to {fmt_ratio(speedup_without(o))} faster "
                                            "without it", MEASURE_COMPARE)
     if v == "compute-bound" and agg["phase"] == "train":

@@ -71,6 +71,15 @@ def _callbacks_words(calls: KerasTrainCalls, summary: Summary) -> str | None:
             f"{fmt_ms(spent / max(1.0, float(calls['calls'])))} a call (timed by watch)")
 
 
+def keras_val_spe_fix() -> str:
+    """A Keras validation phase whose other is the loop's per-call Python (claim
+    ``keras_other_is_loop``): ``evaluate`` reads ``steps_per_execution`` too. N is the training
+    advice's, where one is given (the validation calls are not timed apart)."""
+    return ("model.compile(..., steps_per_execution=N) runs N batches per call in validation "
+            "too (evaluate reads it), so Keras's per-call work (its per-batch Python, the test "
+            "function's dispatch and return) is paid once per N batches")
+
+
 def _spe_fix(n: int, now: int = 1, callbacks: bool = True) -> str:
     """The fix's words: the user's callbacks where they are part of what N divides."""
     now_words = "" if now <= 1 else f" (now {now})"
