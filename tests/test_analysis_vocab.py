@@ -15,6 +15,7 @@ from stepscope.analysis.vocab import (
     keras_cpu_fix,
     keras_moderate_wait_fix,
     keras_processes_fix,
+    keras_workers_fix,
     keras_workers_spare,
     phase_input,
 )
@@ -74,6 +75,16 @@ def test_validation_advice_reads_the_validation_input() -> None:
     assert val is not None and val["kind"] == "PyDataset" and val["framework"] == "keras"
     assert phase_input({**TF_DATA, "val": None}, "val")["kind"] == "tf.data"  # type: ignore[index]
     assert "construct the Batches with workers=N (now 1)" in keras_moderate_wait_fix(val, "val", 2)
+
+
+def test_arrays_get_no_workers_to_raise() -> None:
+    """fit(x, y) on NumPy arrays: the wait is each slice's fetch; no PyDataset or worker is
+    there to raise (tf-keras's arrays read the same)."""
+    for arrays in ({"kind": "arrays"}, {"kind": "arrays", "framework": "tf.keras"}):
+        for fix in (keras_moderate_wait_fix(arrays, "train", 2),  # type: ignore[arg-type]
+                    keras_workers_fix(arrays, 1, 2)):  # type: ignore[arg-type]
+            assert fix.startswith("the batches are slices of NumPy arrays in memory"), fix
+            assert "workers=" not in fix and "PyDataset" not in fix
 
 
 def test_tf_data_advice_leaves_out_what_the_pipeline_does() -> None:
