@@ -85,6 +85,8 @@ def test_arrays_get_no_workers_to_raise() -> None:
                     keras_workers_fix(arrays, 1, 2)):  # type: ignore[arg-type]
             assert fix.startswith("the batches are slices of NumPy arrays in memory"), fix
             assert "workers=" not in fix and "PyDataset" not in fix
+        cause = keras_workers_spare(arrays, "train", 2)  # type: ignore[arg-type]
+        assert cause.endswith("slices of NumPy arrays, so the loop waits for each fetch")
 
 
 def test_tf_data_advice_leaves_out_what_the_pipeline_does() -> None:

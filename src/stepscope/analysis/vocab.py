@@ -299,6 +299,8 @@ def keras_workers_spare(loader: LoaderFacts | None, phase: str, cores: int) -> s
         return head + f"too few loading workers (now {loader.get('workers') or 1})"
     if kind == "generator":
         return head + "a Python generator makes its batches one at a time, in one thread"
+    if kind == "arrays":
+        return head + "the batches are slices of NumPy arrays, so the loop waits for each fetch"
     return vocab(KERAS).workers_spare
 
 
