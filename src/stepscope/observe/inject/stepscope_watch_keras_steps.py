@@ -324,8 +324,9 @@ class KerasSteps:
             return NO_GIL
         return self.off_cpu(), self.loader_busy()
 
-    def _reset(self, gil: tuple[float, float] | None = None) -> None:
-        """A new step window opens; ``gil``: the clocks as the last one closed (read if None)."""
+    def _reset(self, gil: tuple[float, float] | None = None, cpu: float | None = None) -> None:
+        """A new step window opens; ``gil``, ``cpu``: the clocks as the last one closed (read
+        if None)."""
         self.blocked_s = 0.0
         self.callback_s = 0.0
         self.pulled_images = 0
@@ -334,7 +335,7 @@ class KerasSteps:
         self.graph_s = 0.0
         self.graph_calls = 0
         self.graph_cpu = 0.0
-        self.cpu0 = time.thread_time() if self.graph_is_work else 0.0
+        self.cpu0 = cpu if cpu is not None else time.thread_time() if self.graph_is_work else 0.0
         self.off0, self.busy0 = self._gil_now() if gil is None else gil
 
     def _close(self, t: float, between_batches: bool = False) -> None:
@@ -348,6 +349,7 @@ class KerasSteps:
         # wait to take it back belongs to the next step, whose window opens at ``t``
         gil = self._gil_now()
         wall = time.time()
+        cpu = time.thread_time() if self.graph_is_work else 0.0
         ready = None
         if self.device_done is not None and self.device_busy is not None and self.device_busy():
             ready = self.device_done()
@@ -355,8 +357,7 @@ class KerasSteps:
                          self.pulled_images if self.pulled > 0 else None, self.first,
                          self.graph_s, self.graph_calls, self.last_call, self.per_step,
                          self.pull_s, self.callback_s, (self.off0, self.busy0), gil, ready,
-                         time.thread_time() - self.cpu0 - self.graph_cpu
-                         if self.graph_is_work else 0.0, between_batches)
+                         cpu - self.cpu0 - self.graph_cpu, between_batches)
         unready = self._unready
         unready.append(closed)
         if self.graph_clock is None:
@@ -366,7 +367,7 @@ class KerasSteps:
             self._record()  # else no step closed since the last read can be settled yet
         self.t_begin = None
         self.wall_from = wall
-        self._reset(gil)
+        self._reset(gil, cpu)
 
     def _settle(self, c: _Closed, clocked: tuple[int, float, int, float, float]) -> None:
         """The closed step's data wait and overhead, from what the loop saw and ``clocked``
