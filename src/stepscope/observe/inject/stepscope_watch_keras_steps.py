@@ -186,6 +186,7 @@ class KerasSteps:
         # the graph's time is the step's work and the rest of the step is the loop's (see
         # ``_settle``). On a GPU its kernels are only queued by then.
         self.graph_is_work = False
+        self.graph_is_work_probe: Callable[[], bool] | None = None  # asked at the first phase
         self.graph_cpu = 0.0  # the loop thread's CPU inside the open step's graph calls
         self.cpu0 = 0.0  # and its CPU clock as the step opened
         self.from_begin = False  # the open step's window opened at a batch-begin
@@ -234,6 +235,8 @@ class KerasSteps:
     # -- the loop (main thread) ------------------------------------------------------------------
     def phase_begin(self, phase: str, images_fn: ImagesFn, workers: int | None,
                     numbered: int | None = None) -> None:
+        if self.graph_is_work_probe is not None:
+            self.graph_is_work, self.graph_is_work_probe = self.graph_is_work_probe(), None
         t = self.clock()
         self._close(t)
         self._record(until=t)
