@@ -44,9 +44,8 @@ def keras_steps_per_execution(agg: PhaseAgg, summary: Summary | None
         return _spe_from_graph(calls, _callbacks_words(calls, summary))
     if not holds(summary, "keras_callback_overhead"):
         return None
-    evidence = (f"the script's own on_train_batch_begin/_end callbacks held the loop "
-                f"{fmt_ms(seconds(agg['other_ms_per_step']))} of every training step "
-                f"({fmt_pct(agg['other_frac'])}, timed by watch)")
+    evidence = _callbacks_held(f"{fmt_ms(seconds(agg['other_ms_per_step']))} of every "
+                               f"training step ({fmt_pct(agg['other_frac'])}, timed by watch)")
     if calls is not None and holds(summary, "keras_graph_timed"):
         return _spe_from_graph(calls, evidence)
     o = agg["other_frac"] or 0.0
@@ -67,8 +66,12 @@ def _callbacks_words(calls: KerasTrainCalls, summary: Summary) -> str | None:
     spent = calls.get("callbacks_s")
     if not spent or not (summary.get("loader") or {}).get("callbacks_timed"):
         return None
-    return (f"the script's own on_train_batch_begin/_end callbacks held the loop "
-            f"{fmt_ms(spent / max(1.0, float(calls['calls'])))} a call (timed by watch)")
+    return _callbacks_held(f"{fmt_ms(spent / max(1.0, float(calls['calls'])))} a call "
+                           "(timed by watch)")
+
+
+def _callbacks_held(how_long: str) -> str:
+    return f"the script's own on_train_batch_begin/_end callbacks held the loop {how_long}"
 
 
 def keras_val_spe_fix() -> str:

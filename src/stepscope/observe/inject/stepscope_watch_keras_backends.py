@@ -87,7 +87,6 @@ def _patch_tensorflow(rec: Recorder, steps: KerasSteps) -> None:
 
     cls.__next__, cls._get_iterator = __next__, _get_iterator
     clock = _clock(tf, steps)
-    steps.graph_is_work_probe = lambda: _cpu_only(tf)  # at the first phase
     time_graph_calls(steps)
     _time_epoch_end(steps)
     # Each step's results come out of the (maybe XLA-compiled) one-step function through this
@@ -177,7 +176,6 @@ def _patch_tf_keras(rec: Recorder, steps: KerasSteps) -> None:
     cls.enumerate_epochs = enumerate_epochs
     cls.steps = steps_
     clock = _clock(tf, steps)
-    steps.graph_is_work_probe = lambda: _cpu_only(tf)  # at the first phase
     time_graph_calls(steps)
     # tf-keras's train, test and predict step functions end by reducing the replicas' outputs
     # with this module function, in the train function's graph (outside a jit-compiled step).
@@ -235,16 +233,6 @@ class ReadyClock:
             except Exception:  # a failed step: its error is the loop's to raise
                 continue
             at.append(self.clock())
-
-
-def _cpu_only(tf: Any) -> bool:
-    """TensorFlow sees no GPU: its graph calls return once their work is done. Asked at the
-    first phase, not at ``import keras``: listing the devices loads the CUDA driver, after
-    which a script's own ``CUDA_VISIBLE_DEVICES`` would come too late."""
-    try:
-        return not tf.config.list_physical_devices("GPU")
-    except Exception:  # unknown: keep the loop's time in compute, as on a GPU
-        return False
 
 
 def _patch_jax(rec: Recorder, steps: KerasSteps) -> None:

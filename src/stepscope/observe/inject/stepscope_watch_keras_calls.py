@@ -9,6 +9,7 @@ Standard library only: this runs inside the user's interpreter.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 
@@ -16,6 +17,7 @@ class _Steps(Protocol):
     """What the timer needs of ``KerasSteps`` (which imports this module)."""
 
     train_calls: TrainCalls | None
+    graph_is_work_probe: Callable[[], bool] | None
 
     def graph_ran(self, t0: float, t1: float, cpu: float = 0.0) -> None: ...
 
@@ -33,7 +35,6 @@ class TrainCalls:
         self.wait_s = 0.0
         self.callbacks_s = 0.0  # the user's batch callbacks on the loop's thread
         self.batches = 1
-        self.other_is_loop = False  # the step's other_s is all of it outside the graph's work
         # per call, the graph's time less the data wait in it (the first MAX_CALL_SAMPLES)
         self.work: list[float] = []
 
@@ -48,14 +49,16 @@ class TrainCalls:
         if len(self.work) < MAX_CALL_SAMPLES:
             self.work.append(max(graph - wait, 0.0))
 
-    def fact(self) -> dict[str, float] | None:
+    def fact(self, other_is_loop: bool) -> dict[str, float] | None:
+        """The fact; ``other_is_loop``: the steps' other_s is the loop thread's CPU outside the
+        graph calls (``KerasSteps.graph_is_work``), not the callbacks alone."""
         if not self.work:
             return None
         ys = sorted(self.work)
         return {"calls": self.calls, "steps_per_execution": self.batches,
                 "step_s": round(self.step_s, 6), "graph_s": round(self.graph_s, 6),
                 "wait_s": round(self.wait_s, 6), "callbacks_s": round(self.callbacks_s, 6),
-                "other_is_loop": self.other_is_loop,
+                "other_is_loop": other_is_loop,
                 "work_median_s": round(_quantile(ys, 0.5), 7),
                 "work_p10_s": round(_quantile(ys, 0.1), 7)}
 
@@ -91,3 +94,17 @@ def time_graph_calls(steps: _Steps) -> None:
     call_function._stepscope = True  # type: ignore[attr-defined]
     cls.call_function = call_function
     steps.train_calls = TrainCalls()
+    # whether the graph's time is the step's work: asked at the first phase (``_cpu_only``)
+    import tensorflow as tf
+
+    steps.graph_is_work_probe = lambda: _cpu_only(tf)
+
+
+def _cpu_only(tf: Any) -> bool:
+    """TensorFlow sees no GPU: its graph calls return once their work is done. Asked at the
+    first phase, not at ``import keras``: listing the devices loads the CUDA driver, after
+    which a script's own ``CUDA_VISIBLE_DEVICES`` would come too late."""
+    try:
+        return not tf.config.list_physical_devices("GPU")
+    except Exception:  # unknown: keep the loop's time in compute, as on a GPU
+        return False

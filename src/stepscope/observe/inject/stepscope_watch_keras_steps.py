@@ -288,7 +288,8 @@ class KerasSteps:
         self.last_call = (t0, t1)
 
     def _calls_fact(self, ph: PhaseState) -> None:
-        found = self.train_calls.fact() if self.train_calls is not None else None
+        found = self.train_calls.fact(self.graph_is_work) if self.train_calls is not None \
+            else None
         if ph.phase == "train" and found is not None:
             self.rec.fact("loop.keras_train_calls", found,
                           "watch: steady training steps (batch-begin to batch-begin) and the "
@@ -395,7 +396,6 @@ class KerasSteps:
                 and c.phase.phase == "train" and c.phase.steps >= c.phase.warm:
             # TensorFlow fetches the batch inside the graph: its wait is part of the graph time
             self.train_calls.add(span, graph, wait, c.per_step, c.callback_s)
-            self.train_calls.other_is_loop = self.graph_is_work
         if self.off_cpu is not None and self.loader_busy is not None:
             # waiting for the GIL or a core the loading threads hold, while they were loading
             # (outside the graph's work, the pulls already counted and the user's callbacks)
@@ -405,11 +405,11 @@ class KerasSteps:
         c.wait = wait
         if self.graph_is_work and c.graph_calls > 0 and c.phase.steps >= c.phase.warm \
                 and c.between_batches:
-            # (A warm-up step traces the step function in Python, and a phase's first and last
-            # steps make its iterator and end its epoch, on the loop's CPU: costs once a phase,
-            # not a call, left in compute as before.) The graph's own work (its time less the fetch's wait in it) is the step's compute;
+            # The graph's own work (its time less the fetch's wait in it) is the step's compute;
             # outside it the loop runs its callbacks and Keras's per-batch Python, on its CPU:
-            # that is other, which steps_per_execution divides. A 2-layer Dense net's 1 ms step
+            # that is other, which steps_per_execution divides. (A warm-up step traces the step
+            # function in Python, and a phase's first and last steps make its iterator and end
+            # its epoch: once a phase, not a call, so left in compute as before.) A 2-layer Dense net's 1 ms step
             # on this CPU was 0.1 ms of graph work and ~0.8 ms of that; counted as compute, the
             # run read "compute-bound" and was told mixed precision. The loop thread's time off
             # its CPU there (a core taken by another process) stays compute, as elsewhere:
