@@ -133,6 +133,25 @@ def test_an_already_cached_dataset_is_not_called_cold(tmp_path: Path) -> None:
     assert not any("in RAM" in a.title for a in answers)
 
 
+def test_page_ins_beside_a_resident_dataset_are_not_its_reads(tmp_path: Path) -> None:
+    """The process read 120 MB from the disk in epoch 1 (a first step's libraries, a mapped
+    file) while the dataset stayed resident at each phase's start and end: those reads are
+    not the dataset's, and the sentence that says so rests on the residency at both ends."""
+    specs = [PhaseSpec(1, read_bytes=120_000_000, rchar_bytes=500_000_000),
+             PhaseSpec(2, read_bytes=0, rchar_bytes=500_000_000)]
+    make_run(tmp_path / "a", RunSpec(specs, facts=dict(CPU_FACTS)))
+    disk = _by_title(explain(write_summary(tmp_path / "a")), "disk")
+    assert disk.title == "Why the disk stayed idle"
+    assert "none of those physical reads were its files" in disk.text
+    assert "physical reads were 22 %" not in disk.text
+    # without the residency at the phase's end the sentence goes (the share of the dataset stays)
+    specs[0] = PhaseSpec(1, read_bytes=120_000_000, rchar_bytes=500_000_000, resident_end=None)
+    make_run(tmp_path / "b", RunSpec(specs, facts=dict(CPU_FACTS)))
+    disk = _by_title(explain(write_summary(tmp_path / "b")), "disk")
+    assert "none of those physical reads" not in disk.text
+    assert "physical reads were 22 % of it" in disk.text
+
+
 def _tv(augment: str, lt: float, lv: float, loader: dict[str, Any] | None = None) -> str:
     from stepscope.analysis.explain import train_vs_val
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stepscope.analysis.causes import is_cold
 from stepscope.analysis.verdicts import (
     MIN_STEADY_STEPS,
     InputEvidence,
@@ -124,6 +125,19 @@ def test_physical_reads_below_the_byte_floor_are_not_a_cold_cache() -> None:
     big = InputEvidence(workers=2, worker_cpu_pct=[15.0, 12.0], disk_read_bytes=120_000_000,
                         rchar_bytes=125_000_000, psi_io_some_pct=45.0)
     assert "physical reads" in " ".join(decide_input_cause(big).evidence)
+
+
+def test_physical_reads_beside_a_resident_dataset_are_not_a_cold_cache() -> None:
+    """120 MB paged in (libraries, a mapped file) while the dataset stayed in the page cache
+    from the phase's start to its end: not the dataset's reads, so no cold cache and no
+    storage cause, however the loaders stall."""
+    kw = dict(workers=2, worker_cpu_pct=[15.0, 12.0], disk_read_bytes=120_000_000,
+              rchar_bytes=125_000_000, psi_io_some_pct=45.0, disk_wait_frac=0.6,
+              resident_frac_start=1.0)
+    assert decide_input_cause(InputEvidence(**kw)).cause == "storage"  # the end not measured
+    c = decide_input_cause(InputEvidence(**kw, resident_frac_end=0.97))
+    assert c.cause == "workers" and "physical reads" not in " ".join(c.evidence), c.evidence
+    assert not is_cold(InputEvidence(**kw, resident_frac_end=0.97))
 
 
 def test_not_saturated_rests_on_worker_samples() -> None:

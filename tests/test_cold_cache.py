@@ -8,6 +8,8 @@ do those reads, so they must show up as processes of their own with their own CP
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +157,52 @@ def test_workers_are_processes_with_their_own_cpu_and_reads(
     phase_cpu = [c for p in s["phases"] for c in p["worker_cpu_pct"]]
     assert phase_cpu and max(phase_cpu) > 0
 
+
+
+MAPPED_SCRIPT = Path(__file__).parent / "watch_scripts" / "mapped_table.py"
+TABLE_BYTES = 48_000_000
+
+
+def test_a_cold_file_beside_a_cached_dataset_is_not_the_dataset(tmp_path: Path) -> None:
+    """Planted: the dataset's files in the page cache (just written and read), and another file
+    evicted that the script's fifth step pages in whole (a table mapped with ``np.load``, as a
+    first step pages in a library). The process's disk counter counts both; the dataset's
+    residency, high at each phase's start and end, says none of it was the dataset: the
+    explanation must not call those reads the dataset's, nor the cache cold."""
+    import sys
+
+    import numpy as np
+    from PIL import Image
+
+    from stepscope.observe.watch import watch
+
+    rng = np.random.default_rng(0)
+    files: list[Path] = []
+    for cls in ("cat", "dog"):
+        d = tmp_path / "data" / "train" / cls
+        d.mkdir(parents=True)
+        for i in range(48):
+            files.append(d / f"{cls}.{i}.png")
+            Image.fromarray(rng.integers(0, 255, (48, 48, 3), dtype=np.uint8)).save(files[-1])
+    for f in files:
+        f.read_bytes()  # resident: the plant is a cached dataset
+    table = tmp_path / "table.npy"
+    np.save(table, rng.integers(0, 255, TABLE_BYTES, dtype=np.uint8))
+    evict_or_skip([table])
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(MAPPED_SCRIPT), str(tmp_path / "data"), str(table)]
+    result = watch(cmd, run, interval_s=0.2)
+    assert (result.exit_code, result.status) == (0, "completed")
+    s = write_summary(run)
+    first = _epochs(s)[0]
+    print(first, [(p["epoch"], p["dataset_resident_frac_start"], p["dataset_resident_frac_end"],
+                   p["disk_read_bytes"], p["input_cause"]) for p in s["phases"]])
+    assert first["disk_read_bytes"] >= 0.8 * TABLE_BYTES  # the table came from the disk
+    assert all(p["dataset_resident_frac_start"] >= 0.9 for p in s["phases"])
+    disk = {a.title: a.text for a in explain(s)}["Why the disk stayed idle"]
+    print(disk)
+    assert "none of those physical reads were its files" in disk
+    assert re.search(r"physical reads were [\d,.]+ %", disk) is None  # the old "7,111 %"
+    assert all(p["input_cause"] != "storage" for p in s["phases"])
+    printed = json.dumps([p["input_evidence"] for p in s["phases"]])
+    assert "cold cache" not in printed

@@ -48,6 +48,7 @@ from stepscope.analysis.verdicts import (
     RESIDENT_LOW_FRAC,
     InputCause,
     InputEvidence,
+    dataset_stayed_resident,
 )
 from stepscope.policy import STEAL_NOTABLE_FRAC
 
@@ -60,7 +61,10 @@ SUPPLY_MARGIN = 2.0  # ... able to supply at least twice what the model consumes
 
 
 def is_cold(ev: InputEvidence) -> bool:
-    """The phase's reads came from the disk, not the page cache."""
+    """The phase's reads came from the disk, not the page cache. A dataset resident at the
+    phase's start and end was not: the process's physical reads were other files then."""
+    if dataset_stayed_resident(ev):
+        return False
     if ev.disk_read_bytes is not None and ev.rchar_bytes \
             and ev.disk_read_bytes >= COLD_MIN_READ_BYTES \
             and ev.disk_read_bytes / ev.rchar_bytes >= PHYS_READ_HIGH_FRAC:

@@ -51,6 +51,12 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
     # library page-ins.
     "dataset_files": (Need("dataset.files", 1),),
     "page_cache_served": (Need("dataset.files", 1), Need("epochs.0.rchar_bytes", 1)),
+    # "none of those physical reads were its files": the dataset's residency measured at the
+    # first phase's start and end, both high (the process's disk counter counts every file).
+    "disk_reads_not_dataset": (Need("dataset.files", 1),
+                               Need("phases.0.dataset_resident_frac_start", 0.9),
+                               Need("phases.0.dataset_resident_frac_end", 0.9),
+                               Need("epochs.0.disk_read_bytes", 1)),
     # "decoded, resized and normalised on the CPU": the loader's decode stage was timed and took
     # time (a tensor dataset decodes nothing).
     "decoded_train": (Need("by_phase.train.decode_ms_per_image", DECODE_MIN_MS),),

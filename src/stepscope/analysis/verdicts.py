@@ -62,6 +62,9 @@ PHYS_READ_HIGH_FRAC = 0.5
 # ratio over them means nothing (12 MB of page-ins against 415 kB read is "2821 %").
 COLD_MIN_READ_BYTES = 16_000_000
 RESIDENT_LOW_FRAC = 0.5
+# The dataset's files in the page cache at a phase's start and at its end: its physical reads
+# were other files (libraries a first step pages in, a checkpoint), not the dataset's.
+RESIDENT_HIGH_FRAC = 0.9
 PSI_IO_HIGH_PCT = 20.0
 DISK_WAIT_HIGH_FRAC = 0.2
 DISK_BUSY_HIGH_PCT = 80.0
@@ -159,6 +162,7 @@ class InputEvidence:
     disk_read_bytes: int | None = None
     rchar_bytes: int | None = None
     resident_frac_start: float | None = None
+    resident_frac_end: float | None = None
     psi_io_some_pct: float | None = None
     disk_wait_frac: float | None = None
     disk_busy_pct: float | None = None
@@ -231,8 +235,23 @@ def _loaders_in_disk_wait(ev: InputEvidence) -> bool:
     return ev.disk_wait_frac is not None and ev.disk_wait_frac >= DISK_WAIT_HIGH_FRAC
 
 
+def dataset_stayed_resident(ev: InputEvidence) -> bool:
+    """The dataset's files were in the page cache at the phase's start and at its end
+    (``mincore``): whatever the process read from the disk meanwhile was other files.
+
+    Examples:
+        >>> dataset_stayed_resident(InputEvidence(workers=0, resident_frac_start=1.0,
+        ...                                       resident_frac_end=0.98))
+        True
+    """
+    return (ev.resident_frac_start is not None and ev.resident_frac_end is not None
+            and min(ev.resident_frac_start, ev.resident_frac_end) >= RESIDENT_HIGH_FRAC)
+
+
 def _cold_reads(ev: InputEvidence) -> list[str]:
     lines: list[str] = []
+    if dataset_stayed_resident(ev):
+        return lines  # the physical reads were not the dataset's: no cold cache to name
     if ev.disk_read_bytes is not None and ev.rchar_bytes \
             and ev.disk_read_bytes >= COLD_MIN_READ_BYTES:
         ratio = ev.disk_read_bytes / ev.rchar_bytes
