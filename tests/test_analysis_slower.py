@@ -50,3 +50,20 @@ def test_no_answer_where_epoch_one_kept_pace_or_only_it_waited_for_data() -> Non
     assert slower_answer({"phases": [_train(1, 4.0)]}) is None  # type: ignore[typeddict-item]
     waited: Any = {"phases": [_train(1, 4.0, verdict="input-bound"), _train(2, 2.0)]}
     assert slower_answer(waited) is None  # "Why only epoch 1 waited for data" answers it
+
+
+def test_epochs_after_the_trunk_was_unfrozen_are_not_the_pace() -> None:
+    """Keras's transfer-learning guide: two fits, the trunk unfrozen for the second (a later
+    fit trained 397,409 of 411,489 parameters from epoch 3). Epoch 1 is held against epoch 2,
+    the epoch that trained what it trained, not against the fine-tuning's slower epochs."""
+    model = {"params": 411_489, "trainable_by_fit": [[1, 1_281], [3, 397_409]]}
+    s: Any = {"phases": [_train(1, 3.8, warm=3, warm_s=2.6, step_ms=36.0), _train(2, 0.45),
+                         _train(3, 18.0), _train(4, 2.0)], "model": model}
+    got = slower_answer(s)
+    assert got is not None
+    assert got[1].startswith("Epoch 1 ran at 126 img/s against 1,067 img/s in epoch 2: 3.3 s "
+                             "longer than at that pace."), got[1]
+    # the same epochs with the trunk frozen throughout: every later epoch is the pace
+    s["model"] = {"params": 411_489, "trainable_by_fit": [[1, 1_281], [3, 1_281]]}
+    got = slower_answer(s)
+    assert got is not None and "in epochs 2–4" in got[1], got

@@ -18,6 +18,8 @@ from stepscope.analysis.budget import own_phases
 from stepscope.analysis.contracts_summary import EpochRow, PhaseRow, Summary
 from stepscope.analysis.evidence import claim, holds
 from stepscope.analysis.fmt import fmt_bytes, fmt_pct, fmt_s, fmt_time
+from stepscope.analysis.thaw import thawed
+from stepscope.analysis.vocab import KERAS, framework_of
 
 COLD_READ_FRAC = 0.3  # epoch 1 is "cold" when ≥ 30 % of what it read came from disk
 COLD_MIN_BYTES = 16_000_000
@@ -176,6 +178,11 @@ def slower_answer(s: Summary) -> tuple[str, str] | None:
     took than at their pace, against the seconds its warm-up steps took over steady ones, its
     steady steps against theirs, and its reads from disk where measured."""
     rows = [p for p in own_phases(s) if p["phase"] == "train" and p.get("images_per_s")]
+    # Epochs after the trunk was unfrozen train another network (thaw.answer's): epoch 1 is
+    # held against the epochs that trained what it trained.
+    thaw = thawed(s.get("model"), framework_of(s) == KERAS)
+    if thaw is not None:
+        rows = [p for p in rows if p["epoch"] < thaw.epoch]
     if len(rows) < 2 or first_epoch_only(s) is not None:
         return None
     first, later = rows[0], rows[1:]
@@ -190,7 +197,8 @@ def slower_answer(s: Summary) -> tuple[str, str] | None:
     epochs = (f"epoch {later[0]['epoch']}" if len(later) == 1 else
               f"epochs {later[0]['epoch']}–{later[-1]['epoch']}")
     text = (f"Epoch {n} ran at {first['images_per_s']:,.0f} img/s against {span} in {epochs}: "
-            f"{fmt_s(lost)} longer than at their median pace.")
+            f"{fmt_s(lost)} longer than at " + ("that pace." if len(rates) == 1 else
+                                                "their median pace."))
     steps, warm_s = first.get("warmup_steps") or 0, first.get("warmup_s") or 0.0
     step_s = (first.get("step_ms_per_step") or 0.0) / 1000
     extra = warm_s - steps * step_s
