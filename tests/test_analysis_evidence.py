@@ -293,6 +293,30 @@ def test_keras_loop_overhead_without_callbacks_is_told_steps_per_execution() -> 
     assert "(logging, metrics, syncs)" in _text(headline, old)
 
 
+def test_the_callback_that_held_the_loop_is_named_only_where_timed_by_class() -> None:
+    """TensorBoard writing every batch's logs: each callback's hooks timed by class
+    (train_calls.callbacks_by) name it in the headline and bring its own fix; without that
+    measurement neither appears, and the generic callback advice stays."""
+    train = _agg("train", verdict="overhead-bound", data_wait_frac=0.1, compute_frac=0.25,
+                 other_frac=0.65, other_ms_per_step=1.0, step_ms_per_step=1.6)
+    calls = {"calls": 500, "steps_per_execution": 1, "step_s": 0.8, "graph_s": 0.1,
+             "wait_s": 0.05, "callbacks_s": 0.3, "other_is_loop": True,
+             "work_median_s": 0.0001, "work_p10_s": 0.00001,
+             "callbacks_by": {"TensorBoard": 0.29, "CSVLogger": 0.01}}
+    s = _summary(loader={"framework": "keras", "callbacks_timed": True, "train_calls": calls},
+                 by_phase={"train": train})
+    head = _text(headline, s)
+    assert "The script's batch callbacks held the loop 0.6 ms a step: TensorBoard 97 %, " \
+           "CSVLogger 3 % of that time" in head, head
+    fix = next(f for f in build_findings(s) if f["id"] == "overhead_bound_train")["fix"]
+    assert 'TensorBoard(..., update_freq="epoch"): its batch hooks held the loop 0.6 ms of ' \
+           "the 1.6 ms step" in fix and "async_safe" not in fix
+    bare = _without(s, "loader.train_calls.callbacks_by")
+    assert "TensorBoard" not in _text(headline, bare)
+    fix = next(f for f in build_findings(bare) if f["id"] == "overhead_bound_train")["fix"]
+    assert "TensorBoard" not in fix and "async_safe" in fix
+
+
 def test_tf_distribute_sentence_needs_the_recorded_strategy() -> None:
     s = _summary(loader={"framework": "keras", "distribute_strategy": "MirroredStrategy",
                          "distribute_replicas": 2})

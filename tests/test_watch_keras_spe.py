@@ -55,3 +55,22 @@ def test_a_model_smaller_than_its_loop_is_overhead_bound_and_the_advice_pays(
     rerun = _run(tmp_path / "advised", *_args(4 * STEPS), "--spe", str(n))
     gain = _later_epochs_rate(rerun) / _later_epochs_rate(s)
     assert gain >= SPE_GAIN_MIN, (n, gain)
+
+
+@pytest.mark.slow
+def test_a_tensorboard_callback_writing_every_batch_is_named_with_its_fix(tmp_path: Path) -> None:
+    """Planted: ``TensorBoard(update_freq="batch")`` on the same small model, the Keras guide's
+    callback writing its scalars each batch on the loop's thread. The answer names it, with its
+    share of the callbacks' time (each callback's hooks timed by watch), and its own fix."""
+    s = _run(tmp_path / "tb", *_args(STEPS), "--tensorboard", str(tmp_path / "logs"))
+    train = s["by_phase"]["train"]
+    assert train["verdict"] == "overhead-bound", train
+    calls = s["loader"]["train_calls"]
+    assert set(calls["callbacks_by"]) == {"TensorBoard"}, calls
+    printed = " ".join(s["_printed"].split())
+    assert re.search(r"The script's batch callbacks held the loop [\d.]+ ms a step: "
+                     r"TensorBoard 100 % of that time", printed), printed
+    advice = next(f for f in s["findings"] if f["id"] == "overhead_bound_train")
+    assert 'TensorBoard(..., update_freq="epoch"): its batch hooks held the loop' in advice["fix"]
+    assert "async_safe" not in advice["fix"]  # not the user's own callback to rewrite
+    _assert_keras_words(s)

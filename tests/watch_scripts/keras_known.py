@@ -1,7 +1,8 @@
 """A Keras script with a planted cost, written the way the Keras docs write it.
 
     python keras_known.py BACKEND INPUT LOAD_MS MODEL [--workers N] [--mp] [--legacy]
-        [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--spe N] [--mirrored]
+        [--steps S] [--epochs E] [--val S] [--callback-ms MS] [--tensorboard DIR] [--spe N]
+        [--mirrored]
         [--cpu-clock] [--gap-clock] [--own-train-function] [--val-input KIND] [--val-load-ms MS]
         [--policy NAME] [--cache] [--initial-epoch N] [--refit] [--augment-layers] [--jit]
 
@@ -12,6 +13,8 @@ arrays | dataloader (torch backend: a torch ``DataLoader``, which Keras 3 takes 
 MODEL: dense (tiny, ~1 ms a step) | conv (convolutions on 32x32 images, ~15 ms a step here).
 --callback-ms: a user callback sleeping MS in ``on_train_batch_end`` (per-batch logging to a slow
 sink), not async-safe, so Keras runs it on the loop's thread between steps.
+--tensorboard DIR: ``keras.callbacks.TensorBoard(log_dir=DIR, update_freq="batch")``, the
+callback writing every batch's logs (its hooks are not async-safe: Keras runs them on the loop).
 --spe: ``model.compile(steps_per_execution=N)`` (the fix stepscope advises for slow callbacks).
 --jit: ``model.compile(jit_compile=True)``: XLA, what Keras 3's default ``"auto"`` picks on a GPU.
 --mirrored: model built and compiled under ``tf.distribute.MirroredStrategy(["/cpu:0"])``.
@@ -64,6 +67,7 @@ p.add_argument("--val", type=int, default=0)
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--callback-ms", type=float, default=0.0)
 p.add_argument("--spe", type=int, default=1)
+p.add_argument("--tensorboard", default=None)
 p.add_argument("--mirrored", action="store_true")
 p.add_argument("--cpu-clock", action="store_true")
 p.add_argument("--gap-clock", action="store_true")
@@ -254,6 +258,9 @@ if args.callback_ms:
             time.sleep(args.callback_ms / 1000.0)
 
     kw["callbacks"] = [SlowLog()]
+if args.tensorboard:
+    kw.setdefault("callbacks", []).append(
+        keras.callbacks.TensorBoard(log_dir=args.tensorboard, update_freq="batch"))
 if args.gap_clock:
     class GapClock(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):  # type: ignore[no-untyped-def]

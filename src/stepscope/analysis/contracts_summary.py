@@ -307,6 +307,8 @@ class KerasTrainCalls(_KerasCallsMeasured, total=False):
     """The same, and what watch adds since 2026-12-06 (an older run's fact lacks them)."""
 
     callbacks_s: float  # the user's batch callbacks on the loop's thread, summed
+    # the same by the callback's class, over all of the run's training steps (since 2026-12-06)
+    callbacks_by: dict[str, float]
     # the steps' other_s is all the loop did outside the graph's work (the callbacks, Keras's
     # per-batch Python, the call's dispatch and return: TensorFlow with no GPU); else callbacks
     other_is_loop: bool

@@ -85,6 +85,9 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
                             Need(f"{KERAS_CALLS}.work_median_s"),
                             Need(f"{KERAS_CALLS}.calls", 10),
                             Need("by_phase.train.other_frac", 0.1)),
+    # "TensorBoard 98 % of them": watch timed the user's batch callbacks one class at a time.
+    "keras_callbacks_named": (Need(f"{KERAS_CALLS}.callbacks_by"),
+                              Need(f"{KERAS_CALLS}.callbacks_s", 1e-6)),
     # "the tf.data pipeline caches": watch read a .cache() in the pipeline given to Model.fit.
     "tf_data_cache": (Need("loader.kind", equals="tf.data"), Need("loader.cache", equals=True)),
     # "validation was augmented": watch read random transforms set on the ImageDataGenerator

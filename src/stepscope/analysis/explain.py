@@ -31,6 +31,7 @@ from stepscope.analysis.fmt import (
     fmt_s,
 )
 from stepscope.analysis.keras_loader import stages_answer, val_augmented_answer, workers_answer
+from stepscope.analysis.keras_spe import callbacks_named
 from stepscope.analysis.verdicts import RESIDENT_HIGH_FRAC
 from stepscope.analysis.vocab import (
     KERAS,
@@ -129,6 +130,9 @@ def headline(s: Summary) -> tuple[str, str] | None:
                      "graph, timed by watch") or "logging, metrics, syncs"
         text = (f"{kind} was overhead-bound: {fmt_pct(agg['other_frac'])} of every step was loop "
                 f"overhead outside data, copy and compute ({what}).")
+        if (named := callbacks_named(s)) is not None:
+            text += (f" The script's batch callbacks held the loop {fmt_ms(named[1])} a step: "
+                     f"{named[0]} (timed by watch, each callback's on_train_batch_begin/_end).")
         if (written := budget.checkpoints_in_overhead(agg)) is not None:
             text += (f" Most of it was checkpoints written inside the steps: "
                      f"{fmt_s(written[0])}, timed around each save.")

@@ -41,13 +41,14 @@ def keras_steps_per_execution(agg: PhaseAgg, summary: Summary | None
     calls = (summary.get("loader") or {}).get("train_calls")
     if calls is not None and holds(summary, "keras_loop_overhead"):
         # (claim keras_other_is_loop: what the phase's "other" is, here)
-        return _spe_from_graph(calls, _callbacks_words(calls, summary))
+        return _spe_from_graph(calls, _callbacks_words(calls, summary),
+                               _tensorboard_words(summary, calls))
     if not holds(summary, "keras_callback_overhead"):
         return None
     evidence = _callbacks_held(f"{fmt_ms(seconds(agg['other_ms_per_step']))} of every "
                                f"training step ({fmt_pct(agg['other_frac'])}, timed by watch)")
     if calls is not None and holds(summary, "keras_graph_timed"):
-        return _spe_from_graph(calls, evidence)
+        return _spe_from_graph(calls, evidence, _tensorboard_words(summary, calls))
     o = agg["other_frac"] or 0.0
     n = _spe_n(o)
     gain = 1.0 / ((1.0 - o) + o / n)
@@ -66,8 +67,44 @@ def _callbacks_words(calls: KerasTrainCalls, summary: Summary) -> str | None:
     spent = calls.get("callbacks_s")
     if not spent or not (summary.get("loader") or {}).get("callbacks_timed"):
         return None
+    named = callbacks_named(summary)
     return _callbacks_held(f"{fmt_ms(spent / max(1.0, float(calls['calls'])))} a call "
-                           "(timed by watch)")
+                           f"(timed by watch{'; ' + named[0] if named else ''})")
+
+
+def callbacks_named(summary: Summary) -> tuple[str, float] | None:
+    """("TensorBoard 98 %, CSVLogger 2 % of that time", seconds a call): the user's batch
+    callbacks by class, where watch timed them one class at a time (claim
+    ``keras_callbacks_named``), and what they held the loop per train-function call."""
+    calls = (summary.get("loader") or {}).get("train_calls")
+    if calls is None or not holds(summary, "keras_callbacks_named"):
+        return None
+    by = calls.get("callbacks_by") or {}
+    total = sum(by.values())
+    if total <= 0:
+        return None
+    top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
+    held = float(calls.get("callbacks_s") or 0.0) / max(1.0, float(calls["calls"]))
+    return ", ".join(f"{name} {fmt_pct(v / total)}" for name, v in top) + " of that time", held
+
+
+TENSORBOARD_FRAC = 0.5  # TensorBoard holds half the callbacks' time or more: its update_freq
+
+
+def _tensorboard_words(summary: Summary, calls: KerasTrainCalls) -> str:
+    """The TensorBoard callback's own fix, where it held most of the callbacks' time: its
+    per-batch writes (``update_freq="batch"`` or a count of batches) go with ``"epoch"``."""
+    by = calls.get("callbacks_by") or {}
+    total, tb = sum(by.values()), by.get("TensorBoard", 0.0)
+    step = float(calls["step_s"]) / max(1.0, float(calls["calls"]))
+    spent = float(calls.get("callbacks_s") or 0.0) / max(1.0, float(calls["calls"]))
+    if not holds(summary, "keras_callbacks_named") or total <= 0 or step <= 0 \
+            or tb < TENSORBOARD_FRAC * total:
+        return ""
+    held = spent * tb / total
+    return (f"; or TensorBoard(..., update_freq=\"epoch\"): its batch hooks held the loop "
+            f"{fmt_ms(held)} of the {fmt_ms(step)} step (timed by watch), "
+            f"~{fmt_ratio(step / max(step - held, 1e-9))} faster without them")
 
 
 def _callbacks_held(how_long: str) -> str:
@@ -83,18 +120,19 @@ def keras_val_spe_fix() -> str:
             "function's dispatch and return) is paid once per N batches")
 
 
-def _spe_fix(n: int, now: int = 1, callbacks: bool = True) -> str:
-    """The fix's words: the user's callbacks where they are part of what N divides."""
+def _spe_fix(n: int, now: int = 1, callbacks: bool = True, instead: str = "") -> str:
+    """The fix's words: the user's callbacks where they are part of what N divides; ``instead``:
+    the callback's own fix, where one callback held the loop (``_tensorboard_words``)."""
     now_words = "" if now <= 1 else f" (now {now})"
     head = f"model.compile(..., steps_per_execution={n}){now_words} runs {n} batches per call, "
     if not callbacks:
         return head + (f"so Keras's per-call work (its per-batch Python, the train function's "
                        f"dispatch and return) is paid once per {n} batches")
-    return head + (f"so the per-batch callbacks run once per {n} batches; or make them "
-                   "async_safe / move their work to on_epoch_end")
+    return head + (f"so the per-batch callbacks run once per {n} batches" + (
+        instead or "; or make them async_safe / move their work to on_epoch_end"))
 
 
-def _spe_from_graph(calls: KerasTrainCalls, evidence: str | None
+def _spe_from_graph(calls: KerasTrainCalls, evidence: str | None, instead: str = ""
                     ) -> tuple[str, str, str] | None:
     """Price N from one call's measured parts: the graph's work (median over calls, so a few
     descheduled calls do not count as work) and the data wait (on TensorFlow fetched inside the
@@ -121,7 +159,7 @@ def _spe_from_graph(calls: KerasTrainCalls, evidence: str | None
                 "Python, the tf.function dispatch and return) is paid once per call (timed by "
                 "watch around TensorFlow's function call, the graph's end clocked inside it)")
     callbacks = bool(calls.get("callbacks_s")) or not calls.get("other_is_loop")
-    return (_spe_fix(n, now, callbacks),
+    return (_spe_fix(n, now, callbacks, instead),
             f"~{fmt_ratio(gain)} faster (a batch would cost the graph's "
             f"{fmt_ms(repeat / now)} plus {fmt_ms(rest)} / {n} of per-call overhead)",
             f"{evidence}; {measured}" if evidence else measured)

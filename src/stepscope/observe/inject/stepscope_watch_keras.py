@@ -339,12 +339,13 @@ def _time_user_callbacks(callbacks: Any, ours: type, steps: KerasSteps) -> None:
                 continue  # Keras's no-op default, or already timed (or set by the user)
             bound = getattr(cb, name)
 
-            def timed(*args: Any, _hook: Any = bound, **kwargs: Any) -> Any:
+            def timed(*args: Any, _hook: Any = bound, _name: str = type(cb).__name__,
+                      **kwargs: Any) -> Any:
                 t0 = clock()
                 try:
                     return _hook(*args, **kwargs)
                 finally:
-                    steps.callback_ran(clock() - t0)
+                    steps.callback_ran(clock() - t0, _name)
 
             setattr(cb, name, timed)
 

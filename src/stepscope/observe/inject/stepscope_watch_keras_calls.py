@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 
 class _Steps(Protocol):
@@ -22,6 +22,21 @@ class _Steps(Protocol):
     def graph_ran(self, t0: float, t1: float, cpu: float = 0.0) -> None: ...
 
 MAX_CALL_SAMPLES = 20_000  # per-call graph times kept for the median (160 KB at most)
+
+
+class TrainCallsFact(TypedDict, total=False):
+    """Fact ``loop.keras_train_calls`` (docs/records.md)."""
+
+    calls: int
+    steps_per_execution: int
+    step_s: float
+    graph_s: float
+    wait_s: float
+    callbacks_s: float
+    other_is_loop: bool
+    work_median_s: float
+    work_p10_s: float
+    callbacks_by: dict[str, float]  # KerasSteps adds it where the script has batch callbacks
 
 
 class TrainCalls:
@@ -49,7 +64,7 @@ class TrainCalls:
         if len(self.work) < MAX_CALL_SAMPLES:
             self.work.append(max(graph - wait, 0.0))
 
-    def fact(self, other_is_loop: bool) -> dict[str, float] | None:
+    def fact(self, other_is_loop: bool) -> TrainCallsFact | None:
         """The fact; ``other_is_loop``: the steps' other_s is the loop thread's CPU outside the
         graph calls (``KerasSteps.graph_is_work``), not the callbacks alone."""
         if not self.work:

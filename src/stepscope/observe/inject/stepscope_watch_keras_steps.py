@@ -175,6 +175,7 @@ class KerasSteps:
         self.graph_calls = 0
         self.last_call = (0.0, 0.0)
         self.train_calls: TrainCalls | None = None
+        self.callbacks_by: dict[str, float] = {}  # the user's batch callbacks by class, the run's
         # The loop thread's off-CPU clock and the loading threads' busy clock (see the module
         # doc), set while loading runs Python in this process; their readings at the open
         # step's start.
@@ -291,6 +292,8 @@ class KerasSteps:
         found = self.train_calls.fact(self.graph_is_work) if self.train_calls is not None \
             else None
         if ph.phase == "train" and found is not None:
+            if self.callbacks_by:
+                found["callbacks_by"] = {k: round(v, 6) for k, v in self.callbacks_by.items()}
             self.rec.fact("loop.keras_train_calls", found,
                           "watch: steady training steps (batch-begin to batch-begin) and the "
                           "time TensorFlow's Context.call_function ran inside them (the graph)")
@@ -316,10 +319,12 @@ class KerasSteps:
                           "watch: ImageDataGenerator load_img / random transform / standardize "
                           "and __getitem__ per loading thread, over the phase")
 
-    def callback_ran(self, dt: float) -> None:
-        """A user's batch callback held the loop's thread for ``dt`` (the step's overhead)."""
+    def callback_ran(self, dt: float, name: str = "") -> None:
+        """A user's batch callback (class ``name``) held the loop's thread for ``dt`` (the
+        step's overhead)."""
         if threading.get_ident() == self.main_thread_id:
             self.callback_s += dt
+            self.callbacks_by[name] = self.callbacks_by.get(name, 0.0) + dt
 
     def _gil_now(self) -> tuple[float, float]:
         """(the loop thread's off-CPU clock, the loading threads' busy clock) now; zeros when
