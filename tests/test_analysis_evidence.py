@@ -317,6 +317,23 @@ def test_the_callback_that_held_the_loop_is_named_only_where_timed_by_class() ->
     assert "TensorBoard" not in fix and "async_safe" in fix
 
 
+def test_cache_after_the_decode_rests_on_the_maps_ops_and_no_cache() -> None:
+    """A tf.data pipeline whose map decodes images (watch read the op), nothing cached: the
+    fix is a .cache() after the decode, sized from one image's bytes; without the decode read,
+    or with a cache, it is not told."""
+    loader = {"framework": "keras", "kind": "tf.data", "workers": 2, "parallel_calls": 2,
+              "prefetch": True, "cache": False, "decodes": True, "image_bytes": 110_592}
+    train = _agg("train", images=3200, phases=2)
+    s = _summary(loader=loader, by_phase={"train": train})
+    fix = next(f for f in build_findings(s) if f["id"] == "input_bound_train")
+    assert ".cache() right after the decode map" in fix["fix"], fix
+    assert "~177 MB for the 1,600 images of an epoch" in fix["fix"], fix
+    for gone in (_without(s, "loader.decodes"), _summary(loader={**loader, "cache": True},
+                                                         by_phase={"train": train})):
+        fix = next(f for f in build_findings(gone) if f["id"] == "input_bound_train")
+        assert "right after the decode map" not in fix["fix"], fix
+
+
 def test_tf_distribute_sentence_needs_the_recorded_strategy() -> None:
     s = _summary(loader={"framework": "keras", "distribute_strategy": "MirroredStrategy",
                          "distribute_replicas": 2})

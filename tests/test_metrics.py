@@ -22,7 +22,8 @@ FACT_NAME = re.compile(
     r"^(env|mem|model|dataset|train|loader|loop|featcache|monitor|watch|stages|dist)\.[a-z0-9_.]+$")
 # Literals that look like names but are none: file names and helpers.
 NOT_NAMES = {"model.safetensors", "train.csv", "train.py", "phase_resident_frac", "add_bytes",
-             "loader.val.augments"}  # a summary path (analysis/evidence.py), fact loader.val_augments
+             "loader.val.augments",  # a summary path (analysis/evidence.py), fact loader.val_augments
+             "image_bytes"}  # a loader.<figure> key (loader.image_bytes), not a series
 
 
 def _literals(path: Path) -> list[str]:

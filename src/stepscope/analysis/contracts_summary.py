@@ -319,6 +319,8 @@ InputFacts = TypedDict("InputFacts", {
     "kind": str | None, "class": str | None, "workers": int | None,
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
     "cache": bool | None, "augments": bool | None,
+    # tf.data: a map decodes image files (its ops); one image's bytes as the pipeline yields it
+    "decodes": bool | None, "image_bytes": int | None,
     # the process's Python ops (tf.data): share of probe samples that found the GIL held
     "python_gil_held_frac": float | None,
 })
@@ -337,6 +339,7 @@ LoaderFacts = TypedDict("LoaderFacts", {
     "kind": str | None, "class": str | None, "workers": int | None,
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
     "cache": bool | None, "augments": bool | None, "python_gil_held_frac": float | None,
+    "decodes": bool | None, "image_bytes": int | None,
     "distribute_strategy": str | None, "distribute_replicas": int | None,
     "val": InputFacts | None,
     # the GIL probe's share held while validation ran (python_gil_held_frac is training's)

@@ -88,6 +88,10 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
     # "TensorBoard 98 % of them": watch timed the user's batch callbacks one class at a time.
     "keras_callbacks_named": (Need(f"{KERAS_CALLS}.callbacks_by"),
                               Need(f"{KERAS_CALLS}.callbacks_s", 1e-6)),
+    # "each epoch decodes the same image files again: .cache() after the decode map": watch read
+    # an image-decoding op in a map of the tf.data pipeline given to Model.fit, and no cache.
+    "tf_data_decodes": (Need("loader.kind", equals="tf.data"), Need("loader.decodes", equals=True),
+                        Need("loader.cache", equals=False)),
     # "the tf.data pipeline caches": watch read a .cache() in the pipeline given to Model.fit.
     "tf_data_cache": (Need("loader.kind", equals="tf.data"), Need("loader.cache", equals=True)),
     # "validation was augmented": watch read random transforms set on the ImageDataGenerator

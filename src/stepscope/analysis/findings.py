@@ -37,6 +37,7 @@ from stepscope.analysis.keras_spe import keras_steps_per_execution, keras_val_sp
 from stepscope.analysis.thaw import thawed
 from stepscope.analysis.verdicts import BOUND_FRAC, INPUT_MODERATE_FRAC
 from stepscope.analysis.vocab import (
+    CACHE_CHANGE,
     HF,
     KERAS,
     PYTORCH,
@@ -45,6 +46,7 @@ from stepscope.analysis.vocab import (
     keras_checkpoint_fix,
     keras_compute_fix,
     keras_cpu_fix,
+    keras_decode_cache_fix,
     keras_moderate_wait_fix,
     keras_processes_fix,
     keras_storage_fix,
@@ -122,6 +124,10 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
         words = vocab(framework_of(summary or {}))
         return (f"{words.more_workers.format(w=w, t=t)} so batches are ready when the step "
                 "asks", f"workers {w} → {t}", (w, t, "workers"))
+    if keras and loader is not None and agg["phase"] == "train" \
+            and holds(measured, "tf_data_decodes"):
+        images = agg["images"] // max(1, agg["phases"]) if agg.get("images") else None
+        return keras_decode_cache_fix(loader, images), CACHE_CHANGE, None
     if keras and loader is not None:
         model = summary.get("model") if summary is not None else None
         layers = model.get("augment_layers") if model else None
@@ -202,6 +208,8 @@ def input_finding(agg: PhaseAgg, cores: float | None,
                     f"({gil['images_per_s']:.0f} img/s; {gil['basis']})")
     if agg["phase"] == "train" and summary is not None:
         expected += epoch_one.gain_scope(summary)
+    if change == CACHE_CHANGE:
+        expected += ", in the epochs after the first (the first decodes and fills the cache)"
     cause = agg.get("input_cause")
     title = f"{kind.capitalize()} is input-bound ({cause}): {fmt_pct(d)} of every step waits for data"
     severity: Severity = "high" if d >= BOUND_FRAC else "medium"

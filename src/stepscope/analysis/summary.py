@@ -330,6 +330,8 @@ def _input_facts(facts: dict[str, Fact], prefix: str, phase: str) -> InputFacts:
             "parallel_calls": _fact(facts, prefix + "parallel_calls"),
             "prefetch": _fact(facts, prefix + "prefetch"), "cache": _fact(facts, prefix + "cache"),
             "augments": _fact(facts, prefix + "augments"),
+            "decodes": _fact(facts, prefix + "decodes"),
+            "image_bytes": _fact(facts, prefix + "image_bytes"),
             "python_gil_held_frac": _python_gil_held(facts, phase)}
 
 

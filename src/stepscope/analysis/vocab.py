@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from stepscope.analysis.contracts_summary import InputFacts, LoaderFacts
+from stepscope.analysis.fmt import fmt_bytes
 
 PYTORCH = "pytorch"
 KERAS = "keras"
@@ -291,8 +292,11 @@ def keras_workers_spare(loader: LoaderFacts | None, phase: str, cores: int) -> s
             return head + "the tf.data pipeline has " + " and ".join(lacks)
         # What is left is unmeasured here: the pipeline's per-batch work or the fetch's own cost
         # (a fetch from a full prefetch buffer is ~0.2-0.5 ms a step on a 2-core CPU, README).
-        return (head + _tf_data_has(loader) + ", so the loop waits for each batch's own work or "
-                "for the fetch itself")
+        decodes = (", and its map decodes the same image files every epoch with nothing "
+                   "caching them" if loader.get("decodes") and loader.get("cache") is False
+                   else "")
+        return (head + _tf_data_has(loader) + decodes + ", so the loop waits for each batch's "
+                "own work or for the fetch itself")
     if loader is not None and kind == "DataLoader":
         return head + f"too few DataLoader workers (num_workers={loader.get('workers') or 0})"
     if loader is not None and kind in ("PyDataset", "ImageDataGenerator"):
@@ -373,6 +377,24 @@ def keras_cpu_fix(loader: LoaderFacts, phase: str, model_augments: bool = False)
         text += ("; nothing is augmented, so for a frozen trunk compute its features once "
                  "with base.predict and train the head on them")
     return text
+
+
+CACHE_CHANGE = "a .cache() after the decode"
+
+
+def keras_decode_cache_fix(loader: LoaderFacts, images: int | None) -> str:
+    """A tf.data pipeline whose map decodes image files with no ``.cache()`` (claim
+    ``tf_data_decodes``): every epoch decodes the same files again; a cache after the decode
+    map keeps the decoded images (``image_bytes`` each) for the epochs after the first."""
+    size = loader.get("image_bytes")
+    held = (f" (~{fmt_bytes(size * images)} for the {images:,} images of an epoch, as the "
+            "pipeline yields them: it must fit in RAM)" if size and images else
+            " (if the decoded set fits in RAM)")
+    return ("the CPU preparing batches is the limit, and each epoch decodes the same image files "
+            "again (the pipeline's map decodes images and nothing caches them; watch: the map "
+            "functions' ops): .cache() right after the decode map, before any random op, keeps "
+            f"the decoded images in memory{held}, so epochs after the first skip reading and "
+            "decoding; or make the decode cheaper (smaller stored images)")
 
 
 def keras_storage_fix() -> str:

@@ -33,23 +33,42 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _random_maps(ds: Any) -> bool:
-    """Whether a ``tf.data`` pipeline has a map whose traced function draws random numbers (its
-    graph, and the functions it calls, hold a ``*Random*`` op: ``tf.image.random_*``, Keras's
-    random layers). A ``py_function``/``numpy_function`` body is opaque: it reads as not
-    random. Each map's graph is serialised: read once per input, not per ``classify``."""
+# Image decodes in a tf.data map: the files decoded again every epoch unless a .cache() follows.
+DECODE_OPS = frozenset({"DecodeJpeg", "DecodePng", "DecodeImage", "DecodeBmp", "DecodeGif",
+                        "DecodeAndCropJpeg", "DecodeWebP"})
+
+
+def _map_ops(ds: Any) -> set[str]:
+    """The op types in a ``tf.data`` pipeline's map functions (their graphs, and the functions
+    they call): ``*Random*`` ops (``tf.image.random_*``, Keras's random layers) are augmentation,
+    ``DECODE_OPS`` decode image files. A ``py_function``/``numpy_function`` body is opaque. Each
+    map's graph is serialised: read once per input, not per ``classify``."""
+    found: set[str] = set()
     for d in _chain(ds):
         if (func := getattr(d, "_map_func", None)) is not None:
             try:
                 graph = func.function.graph
-                found = {op.type for op in graph.get_operations()}
+                found |= {op.type for op in graph.get_operations()}
                 for fn in graph.as_graph_def().library.function:
                     found |= {n.op for n in fn.node_def}
             except Exception:  # another TensorFlow: not read
-                found = set()
-            if any("Random" in t for t in found):
-                return True
-    return False
+                pass
+    return found
+
+
+def _image_bytes(ds: Any) -> int | None:
+    """Bytes of one image as the pipeline yields it: its first tensor's shape past the batch
+    dimension (``[None, 96, 96, 3]`` float32: 110,592), None where a dimension is unknown."""
+    try:
+        import tensorflow as tf
+
+        spec = tf.nest.flatten(ds.element_spec)[0]
+        dims = spec.shape.as_list()[1:]
+        if len(dims) != 3 or any(d is None for d in dims):
+            return None
+        return int(dims[0] * dims[1] * dims[2] * spec.dtype.size)
+    except Exception:
+        return None
 
 
 def _chain(ds: Any) -> Iterator[Any]:
@@ -204,8 +223,12 @@ def describe_input(x: Any, call: dict[str, Any], rec: Recorder, framework: str,
     if out and rec.once(f"loader-{phase}"):
         # random maps are augmentation; none found is not "no augmentation" (a py function's
         # body): read here, once a phase kind, as the hand-written loop classifies every iterator
-        if out.get("kind") == "tf.data" and _random_maps(x):
-            out = {**out, "augments": True}
+        if out.get("kind") == "tf.data":
+            ops = _map_ops(x)
+            if any("Random" in t for t in ops):
+                out = {**out, "augments": True}
+            if ops & DECODE_OPS:
+                out = {**out, "decodes": True, "image_bytes": _image_bytes(x)}
         how = how or f"watch: the {phase} input of {framework} Model.fit/evaluate"
         how += f" ({type(x).__name__})"
         prefix = "loader." if phase == "train" else "loader.val_"

@@ -1,0 +1,53 @@
+"""The tf.data performance guide's pipeline, watched on Keras 3 / TensorFlow: TFRecord shards of
+JPEGs decoded in a parallel map every epoch, a small CNN. The planted truth: decoding is the cost
+(the model is a few ms a step), the CPU it runs on is the job's, and nothing caches the decoded
+images. The answer names the decode (read from the map's ops) and advises ``.cache()`` after it;
+the advice is taken and its gain measured. Real TensorFlow, each run in its own process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_watch_keras import PY, SRC, _assert_keras_words, _run_script
+
+SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_tfrecord.py"
+IMAGES = 1280  # 40 batches of 32 an epoch
+CACHE_GAIN_MIN = 1.5  # epochs 2-3 with the cache against without (predicted ~2.2x; 4-6x by hand)
+
+
+def _rate(s: dict[str, Any]) -> float:
+    later = [p for p in s["phases"] if p["phase"] == "train" and p["epoch"] >= 2]
+    return sum(p["images"] for p in later) / sum(p["seconds"] for p in later)
+
+
+@pytest.mark.slow
+def test_a_map_that_decodes_every_epoch_is_told_to_cache_and_the_cache_pays(
+        tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    subprocess.run([PY, "-m", "stepscope", "data", "synth", str(tmp_path / "synth"), "--images",
+                    str(IMAGES)], env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run([PY, str(SCRIPT), "make", str(tmp_path / "synth" / "images"),
+                    str(tmp_path / "recs")], env=env, check=True, capture_output=True, timeout=300)
+    s = _run_script(tmp_path / "plain", SCRIPT, "train", str(tmp_path / "recs"))
+    loader = s["loader"]
+    assert (loader["kind"], loader["decodes"], loader["cache"]) == ("tf.data", True, False)
+    assert loader["image_bytes"] == 96 * 96 * 3 * 4  # float32 after the resize
+    train = s["by_phase"]["train"]
+    assert train["verdict"] == "input-bound", train
+    advice = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    assert ".cache() right after the decode map, before any random op" in advice["fix"], advice
+    assert "~142 MB for the 1,280 images of an epoch" in advice["fix"], advice
+    assert "in the epochs after the first" in advice["expected_gain"], advice
+    _assert_keras_words(s)
+
+    cached = _run_script(tmp_path / "cached", SCRIPT, "train", str(tmp_path / "recs"), "--cache")
+    assert cached["loader"]["cache"] is True
+    assert ".cache() right after the decode map" not in str(cached["findings"])
+    gain = _rate(cached) / _rate(s)
+    print(f"epochs 2-3: {_rate(s):.0f} -> {_rate(cached):.0f} img/s ({gain:.2f}x)")
+    assert gain >= CACHE_GAIN_MIN, gain
