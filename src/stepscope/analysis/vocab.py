@@ -392,7 +392,8 @@ def keras_decode_cache_fix(loader: LoaderFacts, images: int | None) -> str:
             " (if the decoded set fits in RAM)")
     return ("the CPU preparing batches is the limit, and each epoch decodes the same image files "
             "again (the pipeline's map decodes images and nothing caches them; watch: the map "
-            "functions' ops): .cache() right after the decode map, before any random op, keeps "
+            "functions' ops): .cache() right after the decode map (on the dataset "
+            "image_dataset_from_directory returns, if that decodes), before any random op, keeps "
             f"the decoded images in memory{held}, so epochs after the first skip reading and "
             "decoding; or make the decode cheaper (smaller stored images)")
 
