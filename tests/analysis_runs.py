@@ -65,6 +65,8 @@ class RunSpec:
     torch_reserved_bytes: float | None = None
     torch_max_allocated_bytes: float | None = None
     config: dict[str, Any] = field(default_factory=dict)  # the run's resolved config
+    status: str = "completed"
+    exit_code: int | None = None
 
 
 def _samples_for(spec: PhaseSpec, t0: float, t1: float, worker_pids: list[int],
@@ -140,7 +142,7 @@ def make_run(run_dir: Path, run: RunSpec, name: str = "test") -> Path:
     for key, value in run.facts.items():
         w.fact(key, value, f"test fact {key}")
     end_holder[0] = t
-    w.close("completed")
+    w.close(run.status, run.exit_code)
     return run_dir
 
 

@@ -208,3 +208,18 @@ def test_slower_validation_is_explained_only_by_what_was_measured() -> None:
     assert "its phases read 40 MB from disk" in _tv2(50.0, 10.0, 9.0, val_disk=40_000_000)
     alike = _tv2(97.0, 1.0, 9.3)  # 3 % apart: neither faster nor slower
     assert "about as fast" in alike and "slower here" not in alike
+
+
+def test_a_run_that_failed_says_where_and_what_its_figures_cover(tmp_path: Path) -> None:
+    """A command that exited with code 1 in epoch 2: the headline says so, with the steps the
+    figures cover; a completed run says nothing of the kind."""
+    specs = [PhaseSpec(1, data_wait_s=0.005, compute_s=0.3), PhaseSpec(2, data_wait_s=0.005,
+                                                                       compute_s=0.3)]
+    make_run(tmp_path / "failed", RunSpec(specs, status="failed", exit_code=1))
+    s = write_summary(tmp_path / "failed")
+    head = explain(s)[0].text
+    steps = sum(p["steps"] for p in s["phases"])
+    assert (f"The command exited with code 1 in epoch 2's train phase (run status: failed): "
+            f"these figures cover the {steps:,} steps it ran.") in head, head
+    make_run(tmp_path / "done", RunSpec(specs))
+    assert "The command" not in explain(write_summary(tmp_path / "done"))[0].text

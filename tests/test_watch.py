@@ -329,3 +329,32 @@ def test_post_import_hook_runs_once_after_import(tmp_path: Path,
     finally:
         sys.meta_path.remove(finder)
         sys.modules.pop("stepscope_test_hooked_mod", None)
+
+
+def test_a_script_that_fails_mid_epoch_is_told_as_such(tmp_path: Path) -> None:
+    """Planted: a PyTorch loop raising in its second epoch (a logging sink gone). watch exits
+    with the script's code, and the explanation's first answer says where it stopped and that
+    its figures cover the steps that ran."""
+    import subprocess
+
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "data = TensorDataset(torch.randn(256, 8), torch.randint(0, 2, (256,)))\n"
+        "model = torch.nn.Linear(8, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), 0.1)\n"
+        "for epoch in range(3):\n"
+        "    for i, (x, y) in enumerate(DataLoader(data, batch_size=16)):\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        opt.zero_grad(); loss.backward(); opt.step()\n"
+        "        if epoch == 1 and i == 5:\n"
+        "            raise RuntimeError('the logging sink is gone')\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    proc = subprocess.run([PY, "-m", "stepscope", "watch", "--out", str(tmp_path / "run"),
+                           "--interval", "0.2", "--", PY, str(script)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    printed = " ".join(proc.stdout.split())
+    assert "The command exited with code 1 in epoch 2's train phase (run status: failed): " \
+           "these figures cover the 22 steps it ran." in printed, printed[-3000:]

@@ -105,7 +105,7 @@ def _split_words(agg: PhaseAgg) -> str:
 def headline(s: Summary) -> tuple[str, str] | None:
     agg = (s.get("by_phase") or {}).get("train") or (s.get("by_phase") or {}).get("val")
     if not agg or agg.get("verdict") is None:
-        return "No training steps were recorded", _system_only(s)
+        return "No training steps were recorded", _system_only(s) + _ended_early(s)
     kind = "Training" if agg["phase"] == "train" else "Validation"
     v = agg["verdict"]
     if v == "input-bound":
@@ -140,7 +140,22 @@ def headline(s: Summary) -> tuple[str, str] | None:
     text += claim(s, "tf_distribute", _strategy_words(s))
     if agg.get("verdict_weak") and agg.get("verdict_note"):
         text += f" This verdict is weak: {agg['verdict_note']}."
-    return f"{kind} was {v}", text
+    return f"{kind} was {v}", text + _ended_early(s)
+
+
+def _ended_early(s: Summary) -> str:
+    """A run that did not complete: where it stopped, so the figures read as what ran."""
+    run = s.get("run") or {}
+    status, code = run.get("status"), run.get("exit_code")
+    if status not in ("failed", "interrupted"):
+        return ""
+    phases = s.get("phases") or []
+    how = f"exited with code {code}" if code else "was interrupted" if status == "interrupted" \
+        else "failed"
+    where = f" in epoch {phases[-1]['epoch']}'s {phases[-1]['phase']} phase" if phases else ""
+    steps = sum(p.get("steps") or 0 for p in phases)
+    return (f" The command {how}{where} (run status: {status}): these figures cover the "
+            f"{steps:,} steps it ran.")
 
 
 def _strategy_words(s: Summary) -> str:
