@@ -2,7 +2,8 @@
 JPEGs decoded in a parallel map every epoch, a small CNN. The planted truth: decoding is the cost
 (the model is a few ms a step), the CPU it runs on is the job's, and nothing caches the decoded
 images. The answer names the decode (read from the map's ops) and advises ``.cache()`` after it;
-the advice is taken and its gain measured. Real TensorFlow, each run in its own process."""
+the advice is taken and its gain measured, and the memory the cache holds is a ledger item of its
+own. Real TensorFlow, each run in its own process."""
 
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ def test_a_map_that_decodes_every_epoch_is_told_to_cache_and_the_cache_pays(
     cached = _run_script(tmp_path / "cached", SCRIPT, "train", str(tmp_path / "recs"), "--cache")
     assert cached["loader"]["cache"] is True
     assert ".cache() right after the decode map" not in str(cached["findings"])
+    # the cache is in the process's memory: the ledger names it (each image's float32 pixels
+    # and its int64 label, as the cache's element spec holds them) and still adds up
+    items = {i["item"]: i["bytes"] for i in cached["memory"]["ledger"]}
+    assert items["tf.data .cache() in memory"] == IMAGES * (96 * 96 * 3 * 4 + 8), items
+    assert abs(cached["memory"]["unattributed_frac"]) <= 0.1, cached["memory"]
+    assert "tf.data .cache() in memory" not in {i["item"] for i in s["memory"]["ledger"]}
     gain = _rate(cached) / _rate(s)
     print(f"epochs 2-3: {_rate(s):.0f} -> {_rate(cached):.0f} img/s ({gain:.2f}x)")
     assert gain >= CACHE_GAIN_MIN, gain

@@ -199,6 +199,7 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "mem.first_step_bytes": "process memory after the first step",
     "mem.step_peak_rise_bytes": "rise of memory over a step, at its peak",
     "mem.model_objects_bytes": "bytes of the framework's model objects (watch)",
+    "mem.tf_data_cache_bytes": "a tf.data .cache() held in memory: the images its first pass put in it × their bytes there (watch)",
     "mem.jax_start_bytes": "RSS growth while JAX started at first use: client, MLIR context, first compile (watch)",
     "mem.before_loop_bytes": "PyTorch: RSS growth from the framework import to the loop's first "
                              "batch, minus the weights (watch)",

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         loop_sizes,
     )
     from stepscope.observe.inject.stepscope_watch_keras_memory import (
+        cache_fact,
         count_of,
         ledger_facts,
         mark_jax_start,
@@ -44,6 +45,7 @@ else:
         from stepscope_watch_keras_clock import py_funcs_made
         from stepscope_watch_keras_data import augment_layers, describe_input, loop_sizes
         from stepscope_watch_keras_memory import (
+            cache_fact,
             count_of,
             ledger_facts,
             mark_jax_start,
@@ -61,6 +63,7 @@ else:
             loop_sizes,
         )
         from stepscope.observe.inject.stepscope_watch_keras_memory import (
+            cache_fact,
             count_of,
             ledger_facts,
             mark_jax_start,
@@ -226,7 +229,9 @@ def _wrap(orig: Callable[..., Any], name: str, callback_cls: type, rec: Recorder
             val_in = describe_input(_val_x(a), a, rec, framework, "val") if name == "fit" \
                 else train_in
             cb = callback_cls(name, train_images, val_images, train_in.get("workers"),
-                              val_in.get("workers"))
+                              val_in.get("workers"),
+                              {"train": train_in.get("cache_bytes_per_image"),
+                               "val": val_in.get("cache_bytes_per_image")})
             _watch_gil(steps, train_in, rec)
             cbs = a.get("callbacks")
             if cbs is None or isinstance(cbs, (list, tuple)):
@@ -371,14 +376,21 @@ def callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
         _supports_tf_logs = True
 
         def __init__(self, call: str, train_images: Any, val_images: Any,
-                     train_workers: int | None, val_workers: int | None) -> None:
+                     train_workers: int | None, val_workers: int | None,
+                     cached: dict[str, int | None] | None = None) -> None:
             super().__init__()
             self._call = call
             self._train_images, self._val_images = train_images, val_images
             self._train_workers, self._val_workers = train_workers, val_workers
+            # bytes an image takes in each phase's in-memory tf.data cache, where there is one
+            self._cached = cached or {}
 
         def _end(self) -> None:
             ph = steps.phase_end()
+            if ph is not None and self._cached.get(ph.phase) and ph.images \
+                    and rec.once(f"tf-data-cache-{ph.phase}"):
+                # the first pass fills the cache: each image it took, as the cache holds it
+                cache_fact(rec, ph.phase, ph.images * int(self._cached[ph.phase] or 0))
             if ph is not None and ph.phase == "train":
                 if "refit" in rec.rss_marks and "first_step" in rec.rss_marks:
                     refit_growth(rec)  # a later fit's epoch of one step

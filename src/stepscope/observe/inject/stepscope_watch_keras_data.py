@@ -83,7 +83,7 @@ def _chain(ds: Any) -> Iterator[Any]:
 # free-form: the loader.* facts this module writes and the user's fit() keyword arguments
 def _tf_pipeline(ds: Any) -> dict[str, Any]:
     """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache."""
-    parallel, prefetch, cache = 1, False, False
+    parallel, prefetch, cache, held = 1, False, False, None
     for d in _chain(ds):
         name = type(d).__name__
         calls = getattr(d, "_num_parallel_calls", None)
@@ -94,9 +94,39 @@ def _tf_pipeline(ds: Any) -> dict[str, Any]:
                 n = 1
             parallel = max(parallel, _cores() if n < 0 else n)
         prefetch = prefetch or "Prefetch" in name
-        cache = cache or "Cache" in name
+        if "Cache" in name and not cache:
+            cache, held = True, _in_memory_bytes(d)
+    # where the cache is in memory and its shapes are known: what one image takes there
+    sized = {} if held is None else {"cache_bytes_per_image": held}
     return {"kind": "tf.data", "workers": parallel, "parallel_calls": parallel,
-            "prefetch": prefetch, "cache": cache}
+            "prefetch": prefetch, "cache": cache, **sized}
+
+
+def _in_memory_bytes(cache: Any) -> int | None:
+    """Bytes one image takes in a ``.cache()`` held in memory (no file name given): its element
+    spec's tensors, past the batch dimension where a ``batch`` comes before the cache. None for
+    a cache on disk, or a shape not known until run time."""
+    try:
+        name = getattr(cache, "_filename", None)
+        if name is not None and hasattr(name, "numpy") and name.numpy():
+            return None  # .cache(filename): on disk, not in the process's memory
+        import tensorflow as tf
+
+        batched = any("Batch" in type(d).__name__
+                      for d in _chain(getattr(cache, "_input_dataset", None)))
+        total = 0
+        for spec in tf.nest.flatten(cache.element_spec):
+            dims = spec.shape.as_list()
+            dims = dims[1:] if batched and dims else dims
+            if any(d is None for d in dims):
+                return None
+            n = 1
+            for d in dims:
+                n *= d
+            total += n * spec.dtype.size
+        return total
+    except Exception:
+        return None
 
 
 def _is_tf_data(x: Any) -> bool:

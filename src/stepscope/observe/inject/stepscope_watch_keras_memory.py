@@ -59,6 +59,17 @@ def refit_growth(rec: Recorder) -> None:
              "function compiled again: compile() dropped it), summed")
 
 
+def cache_fact(rec: Recorder, phase: str, held: int) -> None:
+    """A ``tf.data`` ``.cache()`` in memory, filled by the first ``phase`` pass: ``held`` bytes
+    (the images that pass took, each as the cache holds it), facts ``mem.tf_data_cache_bytes``
+    (training's and validation's caches summed)."""
+    total = rec.rss_marks["tf_data_cache"] = rec.rss_marks.get("tf_data_cache", 0) + held
+    rec.fact("mem.tf_data_cache_bytes", total,
+             f"watch: the images the first {phase} pass put in the pipeline's in-memory "
+             ".cache() × each one's bytes there (the cache's element spec)"
+             + (", training's and validation's summed" if total != held else ""))
+
+
 def mark_jax_start(rec: Recorder) -> None:
     """JAX starts its runtime at first use, not at ``import jax``: its client and devices at
     the first array, an MLIR context at the first lowering, XLA's compiler at the first
