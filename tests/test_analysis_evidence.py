@@ -328,6 +328,12 @@ def test_cache_after_the_decode_rests_on_the_maps_ops_and_no_cache() -> None:
     fix = next(f for f in build_findings(s) if f["id"] == "input_bound_train")
     assert ".cache() right after the decode map" in fix["fix"], fix
     assert "~177 MB for the 1,600 images of an epoch" in fix["fix"], fix
+    # a set over half the RAM the run left available: a cache file on a local disk
+    big = _summary(loader=loader, by_phase={"train": train},
+                   host={"mem_available_min_bytes": 300e6})
+    fix = next(f for f in build_findings(big) if f["id"] == "input_bound_train")
+    assert "more than half the 300 MB of RAM this host had available: .cache(filename) on a " \
+           "local disk right after the decode map" in fix["fix"], fix
     for gone in (_without(s, "loader.decodes"), _summary(loader={**loader, "cache": True},
                                                          by_phase={"train": train})):
         fix = next(f for f in build_findings(gone) if f["id"] == "input_bound_train")

@@ -127,7 +127,9 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
     if keras and loader is not None and agg["phase"] == "train" \
             and holds(measured, "tf_data_decodes"):
         images = agg["images"] // max(1, agg["phases"]) if agg.get("images") else None
-        return keras_decode_cache_fix(loader, images), CACHE_CHANGE, None
+        machine = summary.get("host") if summary is not None else None
+        available = machine.get("mem_available_min_bytes") if machine else None
+        return keras_decode_cache_fix(loader, images, available), CACHE_CHANGE, None
     if keras and loader is not None:
         model = summary.get("model") if summary is not None else None
         layers = model.get("augment_layers") if model else None

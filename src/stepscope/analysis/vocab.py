@@ -382,20 +382,36 @@ def keras_cpu_fix(loader: LoaderFacts, phase: str, model_augments: bool = False)
 CACHE_CHANGE = "a .cache() after the decode"
 
 
-def keras_decode_cache_fix(loader: LoaderFacts, images: int | None) -> str:
+CACHE_RAM_FRAC = 0.5  # a decoded set over half the RAM the run left available: not in memory
+
+
+def keras_decode_cache_fix(loader: LoaderFacts, images: int | None,
+                           available: float | None = None) -> str:
     """A tf.data pipeline whose map decodes image files with no ``.cache()`` (claim
     ``tf_data_decodes``): every epoch decodes the same files again; a cache after the decode
-    map keeps the decoded images (``image_bytes`` each) for the epochs after the first."""
+    map keeps the decoded images (``image_bytes`` each) for the epochs after the first, in
+    memory where they fit in half of ``available`` (the host's RAM available at its lowest
+    during the run), else in a file on a local disk."""
     size = loader.get("image_bytes")
-    held = (f" (~{fmt_bytes(size * images)} for the {images:,} images of an epoch, as the "
-            "pipeline yields them: it must fit in RAM)" if size and images else
-            " (if the decoded set fits in RAM)")
-    return ("the CPU preparing batches is the limit, and each epoch decodes the same image files "
+    total = size * images if size and images else None
+    head = ("the CPU preparing batches is the limit, and each epoch decodes the same image files "
             "again (the pipeline's map decodes images and nothing caches them; watch: the map "
-            "functions' ops): .cache() right after the decode map (on the dataset "
-            "image_dataset_from_directory returns, if that decodes), before any random op, keeps "
-            f"the decoded images in memory{held}, so epochs after the first skip reading and "
-            "decoding; or make the decode cheaper (smaller stored images)")
+            "functions' ops): ")
+    where = ("right after the decode map (on the dataset image_dataset_from_directory returns, "
+             "if that decodes), before any random op")
+    if total is not None and available and total > CACHE_RAM_FRAC * available:
+        return (head + f"the decoded images would take ~{fmt_bytes(total)} for the {images:,} "
+                f"images of an epoch, as the pipeline yields them, more than half the "
+                f"{fmt_bytes(available)} of RAM this host had available: .cache(filename) on a "
+                f"local disk {where}, or cache them smaller (uint8 before any float conversion, "
+                "a smaller size), so epochs after the first skip decoding")
+    held = (f" (~{fmt_bytes(total)} for the {images:,} images of an epoch, as the pipeline "
+            "yields them" + (f", of {fmt_bytes(available)} of RAM available)" if available
+                             else ": it must fit in RAM)") if total is not None
+            else " (if the decoded set fits in RAM)")
+    return (head + f".cache() {where}, keeps the decoded images in memory{held}, so epochs "
+            "after the first skip reading and decoding; or make the decode cheaper (smaller "
+            "stored images)")
 
 
 def keras_storage_fix() -> str:
