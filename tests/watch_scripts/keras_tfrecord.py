@@ -14,7 +14,7 @@ import argparse
 import glob
 import os
 
-os.environ["KERAS_BACKEND"] = "tensorflow"
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # KERAS_BACKEND=jax runs it on JAX
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf
