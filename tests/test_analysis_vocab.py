@@ -180,6 +180,9 @@ def test_validation_through_an_augmenting_generator_is_told_so() -> None:
         "validation is augmented too")
     assert keras_cpu_fix({"kind": "ImageDataGenerator", "augments": False}, "val").startswith(
         "validation does no augmentation")
+    # a PyDataset's own __getitem__ is not read: no claim either way
+    assert keras_cpu_fix({"kind": "PyDataset", "augments": None}, "val").startswith(
+        "validation's CPU cost is loading its images (its input's augmentation was not read)")
 
 
 def test_a_tf_data_validation_that_augments_is_told_to_map_training_alone() -> None:

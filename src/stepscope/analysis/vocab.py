@@ -361,9 +361,15 @@ def keras_cpu_fix(loader: LoaderFacts, phase: str, model_augments: bool = False)
                 "or for a frozen trunk compute its features once with base.predict and validate "
                 "the head on them")
     if phase == "val":
-        return ("validation does no augmentation: its CPU cost is decoding and resizing; "
-                "decode once and .cache() the resized validation set (tf.data), or for a frozen "
-                "trunk compute its features once with base.predict and validate the head on them")
+        # "no augmentation" only where it was read: an ImageDataGenerator's settings, or a
+        # tf.data pipeline's map ops with no random op and no opaque Python op
+        none = ("validation does no augmentation: its CPU cost is decoding and resizing; "
+                if loader.get("augments") is False else
+                "validation's CPU cost is loading its images (its input's augmentation was not "
+                "read); ")
+        return (none + "decode once and .cache() the resized validation set (tf.data), or for "
+                "a frozen trunk compute its features once with base.predict and validate the "
+                "head on them")
     layers = ("Keras preprocessing layers such as RandomRotation, RandomZoom, RandomFlip run as "
               "compiled ops in a tf.data map with num_parallel_calls=AUTOTUNE or on the GPU "
               "inside the model")

@@ -33,6 +33,8 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+# Python inside a tf.data map: its body's ops cannot be read, so "no random op" says nothing.
+OPAQUE_OPS = frozenset({"PyFunc", "EagerPyFunc", "PyFuncStateless"})
 # Image decodes in a tf.data map: the files decoded again every epoch unless a .cache() follows.
 DECODE_OPS = frozenset({"DecodeJpeg", "DecodePng", "DecodeImage", "DecodeBmp", "DecodeGif",
                         "DecodeAndCropJpeg", "DecodeWebP"})
@@ -257,6 +259,8 @@ def describe_input(x: Any, call: dict[str, Any], rec: Recorder, framework: str,
             ops = _map_ops(x)
             if any("Random" in t for t in ops):
                 out = {**out, "augments": True}
+            elif ops and not ops & OPAQUE_OPS:
+                out = {**out, "augments": False}  # every map read, none draws a random number
             if ops & DECODE_OPS:
                 out = {**out, "decodes": True, "image_bytes": _image_bytes(x)}
         how = how or f"watch: the {phase} input of {framework} Model.fit/evaluate"
