@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from stepscope.analysis import budget, epoch_one, thaw
 from stepscope.analysis.contracts_summary import EpochRow, MemorySection, PhaseAgg, Summary
 from stepscope.analysis.epoch_one import (
-    COLD_MIN_BYTES,
     epoch_was_cold,
     kept_how,
     kept_in_process,
@@ -27,23 +25,22 @@ from stepscope.analysis.fmt import (
     fmt_ms,
     fmt_pct,
     fmt_pct_value,
-    fmt_ratio,
     fmt_s,
+    ms_of,
 )
 from stepscope.analysis.keras_loader import stages_answer, val_augmented_answer, workers_answer
 from stepscope.analysis.keras_spe import callbacks_named
+from stepscope.analysis.train_val import train_vs_val
 from stepscope.analysis.verdicts import RESIDENT_HIGH_FRAC
 from stepscope.analysis.vocab import (
     KERAS,
     KERAS_THREADS_GIL,
-    differing_inputs,
     framework_of,
     keras_workers_spare,
     phase_input,
     vocab,
 )
 
-SAME_SPEED_RATIO = 1.10  # validation within 10 % of training's img/s: "about as fast"
 CHECKPOINT_BUSY_S = 0.5
 OTHER_READS_FRAC = 0.05  # physical reads past 5 % of a resident dataset are worth a sentence
 
@@ -55,11 +52,6 @@ class Answer:
     number: int
     title: str
     text: str
-
-
-def _ms_of(v: float | None) -> str:
-    """A figure the summary keeps in milliseconds (``*_ms_per_step``, ``*_ms_per_image``)."""
-    return fmt_ms(None if v is None else v / 1000.0)
 
 
 _CAUSE_WORDS = {
@@ -96,9 +88,9 @@ def _cause_words(s: Summary, cause: str, agg: PhaseAgg | None = None) -> str:
 
 
 def _split_words(agg: PhaseAgg) -> str:
-    return (f"A step took {_ms_of(agg['step_ms_per_step'])}: {_ms_of(agg['data_wait_ms_per_step'])} "
-            f"waiting for data, {_ms_of(agg['transfer_ms_per_step'])} copying to the device, "
-            f"{_ms_of(agg['compute_ms_per_step'])} computing and {_ms_of(agg['other_ms_per_step'])} "
+    return (f"A step took {ms_of(agg['step_ms_per_step'])}: {ms_of(agg['data_wait_ms_per_step'])} "
+            f"waiting for data, {ms_of(agg['transfer_ms_per_step'])} copying to the device, "
+            f"{ms_of(agg['compute_ms_per_step'])} computing and {ms_of(agg['other_ms_per_step'])} "
             f"other; {fmt_img_s(agg['images_per_s'])} over the phase.")
 
 
@@ -188,68 +180,6 @@ def _system_only(s: Summary) -> str:
         parts.append(f"the GPU ran kernels {sysf['gpu_util_pct']:.0f} % of the time")
     return ("Only system-level figures exist (no loop was timed, so no step split or verdict): "
             + "; ".join(parts) + ".")
-
-
-def train_vs_val(s: Summary) -> tuple[str, str] | None:
-    bp = s.get("by_phase") or {}
-    tr, va = bp.get("train"), bp.get("val")
-    tr_ips = tr["images_per_s"] if tr else None
-    va_ips = va["images_per_s"] if va else None
-    if not tr or not va or not tr_ips or not va_ips:
-        return None
-    ratio = va_ips / tr_ips
-    faster = ratio >= 1.0
-    alike = 1.0 / SAME_SPEED_RATIO < ratio < SAME_SPEED_RATIO
-    pace = f"about as fast: {fmt_ratio(ratio)} its rate" if alike else \
-        f"{fmt_ratio(ratio if faster else 1 / ratio)} {'faster' if faster else 'slower'}"
-    text = (f"Validation ran at {fmt_img_s(va['images_per_s'])} against {fmt_img_s(tr['images_per_s'])} in "
-            f"training ({pace}). "
-            f"Per image, the loop waited {_ms_of(tr['data_wait_ms_per_image'])} for data in training "
-            f"and {_ms_of(va['data_wait_ms_per_image'])} in validation, and computed "
-            f"{_ms_of(tr['compute_ms_per_image'])} against {_ms_of(va['compute_ms_per_image'])}.")
-    lt, lv = tr.get("loader_cpu_ms_per_image"), va.get("loader_cpu_ms_per_image")
-    if lt is not None and lv is not None:
-        text += (f" The loader spent {_ms_of(lt)} of CPU per training image and {_ms_of(lv)} per "
-                 "validation image.")
-    reasons = []
-    # The loader's own CPU per image is the direct evidence; the data wait is only a proxy.
-    cheaper = lv < lt if lt is not None and lv is not None else _less(va, tr, "data_wait_ms_per_image")
-    if cheaper and holds(s, "augmented"):
-        reasons.append("validation images are not augmented"
-                       + claim(s, "decoded_val", " (they are still decoded, resized and "
-                               "normalised on the CPU)"))
-    if _less(va, tr, "compute_ms_per_image"):
-        layers = ((s.get("model") or {}).get("augment_layers") or []) \
-            if framework_of(s) == KERAS else []
-        reasons.append("validation runs the forward pass only: no backward, no optimizer step"
-                       + (f", and without the model's augmentation layers ({', '.join(layers)}: "
-                          "Keras runs them in training only, watch: the model's layers)"
-                          if layers else ""))
-    inputs = differing_inputs(s.get("loader"))
-    if inputs is not None:  # watch: the inputs given to Model.fit, as recorded
-        text += (f" Validation reads another input than training: {inputs[1]}, where training "
-                 f"reads {inputs[0]} (watch: the inputs given to Model.fit).")
-    if reasons and faster and not alike:
-        text += " Validation is faster because " + " and ".join(reasons) + "."
-    elif not faster and not alike and inputs is None:
-        # only what was measured: the per-image figures above, the validation phases' disk reads
-        slower = [w for w, more in (("it waited longer for data", _less(tr, va, "data_wait_ms_per_image")),
-                                    ("it computed longer", _less(tr, va, "compute_ms_per_image")))
-                  if more]
-        read = sum(p.get("disk_read_bytes") or 0 for p in s.get("phases") or [] if p["phase"] == "val")
-        if slower:
-            text += " Validation is slower here: per image, " + " and ".join(slower)
-            text += (f"; its phases read {fmt_bytes(read)} from disk." if read >= COLD_MIN_BYTES
-                     else ".")
-    if va.get("verdict"):
-        text += f" Validation itself was {va['verdict']} ({fmt_pct(va['data_wait_frac'])} data wait)."
-    return "Why validation differs from training", text
-
-
-def _less(a: PhaseAgg, b: PhaseAgg,
-          key: Literal["data_wait_ms_per_image", "compute_ms_per_image"]) -> bool:
-    x, y = a[key], b[key]
-    return x is not None and y is not None and x < y
 
 
 def _epoch_disk_line(e: EpochRow, resid: float | None) -> str:
@@ -503,8 +433,8 @@ def _val_from_memory(s: Summary, load: float, step: float | None) -> str | None:
         return None
     return (f"Right for this run: validation read {fmt_bytes(files)} of files for its "
             f"{images:,} images (the processes' read calls) and no decode was timed; loading "
-            f"took {_ms_of(load)} a validation image, {fmt_pct(load / step)} of the "
-            f"{_ms_of(step)} each one took in validation (its steps' time per image). Its "
+            f"took {ms_of(load)} a validation image, {fmt_pct(load / step)} of the "
+            f"{ms_of(step)} each one took in validation (its steps' time per image). Its "
             "batches reach the model as they lie in memory.")
 
 
@@ -516,13 +446,13 @@ def val_inference(s: Summary) -> tuple[str, str] | None:
         return None
     lv, lt = va.get("loader_cpu_ms_per_image"), tr.get("loader_cpu_ms_per_image")
     if lv is not None and lt is not None and lv > 0:
-        cost = (f"the loader still spent {_ms_of(lv)} of CPU per validation image against {_ms_of(lt)} "
+        cost = (f"the loader still spent {ms_of(lv)} of CPU per validation image against {ms_of(lt)} "
                 "per training image")
         load = lv
     elif va.get("workers") == 0 and (waited := va.get("data_wait_ms_per_image")):
         # With workers=0 the wait is the loading itself, done inline by the training process.
         load = waited
-        cost = f"the training process still spent {_ms_of(load)} loading each validation image"
+        cost = f"the training process still spent {ms_of(load)} loading each validation image"
     else:
         return None
     from_memory = _val_from_memory(s, load, va.get("step_ms_per_image"))

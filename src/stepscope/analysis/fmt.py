@@ -201,3 +201,13 @@ __all__ = [
     "fmt_span",
     "fmt_time",
 ]
+
+
+def ms_of(v: float | None) -> str:
+    """A figure the summary keeps in milliseconds (``*_ms_per_step``, ``*_ms_per_image``).
+
+    Examples:
+        >>> ms_of(96.0)
+        '96 ms'
+    """
+    return fmt_ms(None if v is None else v / 1000.0)
