@@ -34,10 +34,12 @@ def _dataset_files(d: Path) -> list[Path]:
 def _cold_run(data_dir: Path, run_dir: Path) -> dict[str, Any]:
     evict_or_skip(_dataset_files(data_dir))
     # A tiny trunk at 64 px without augmentation: the run is about reading files, and one
-    # worker does all the reading so its own /proc/PID/io shows it.
+    # worker does all the reading so its own /proc/PID/io shows it. Sampled every 0.1 s: a
+    # phase's worker lives ~0.3-0.5 s on a fast host, and a CPU share needs two samples of it
+    # (at 0.25 s a CI rehearsal once caught none with two).
     cfg = resolve_config({**data_flags(data_dir), "model": "mobilenetv2_050", "weights": "none",
                           "img_size": 64, "augment": "none", "workers": "1", "threads": 1,
-                          "epochs": 2, "feature_cache": False, "interval_s": 0.25,
+                          "epochs": 2, "feature_cache": False, "interval_s": 0.1,
                           "out": str(run_dir)})
     assert train(cfg).status == "completed"
     return write_summary(run_dir)
