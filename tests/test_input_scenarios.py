@@ -98,7 +98,7 @@ def test_cores_saturated_by_augmentation_is_cpu_and_never_more_workers(
         mode: str, tmp_path: Path) -> None:
     needs_two_cores()
     # Under watch the workers are started with `spawn` (fresh interpreters, like macOS's
-    # default and Python's coming forkserver one) and spend the 12 ms in PIL's decoder: their
+    # default and Python's coming forkserver one) and spend the 24 ms in PIL's decoder: their
     # stage counters must come back and name decoding as where an image's time goes. (Each
     # spawned worker imports torch again, seconds here: one mode pays it; the Monitor wraps
     # the same DataLoader iterator, tests/test_stages.py checks the wrapping.)
@@ -108,7 +108,7 @@ def test_cores_saturated_by_augmentation_is_cpu_and_never_more_workers(
     assert tr["verdict"] == "input-bound"
     assert tr["input_cause"] == "cpu", tr["input_evidence"]
     assert "num_workers" not in fix_of(s) and "more workers would not help" in fix_of(s)
-    planted, ms = ("decode", 12) if spawn else ("item", 24)
+    planted, ms = ("decode", 24) if spawn else ("item", 24)
     stages = phase(s, 1)["loader"]["stage_ms_per_image"]
     assert stages[planted] >= 0.9 * ms, stages  # wall time: at least the CPU planted
     assert f"{STAGE_WORDS[planted]} costs the most per image ({STAGE_REMEDY[planted]})" \
