@@ -26,12 +26,11 @@ from stepscope.analysis.fixes import capacity_fix
 from stepscope.analysis.fmt import (
     fmt_bytes,
     fmt_gain,
-    fmt_ms,
     fmt_pct,
     fmt_ratio,
     fmt_s,
     fmt_time,
-    seconds,
+    ms_of,
 )
 from stepscope.analysis.keras_spe import keras_steps_per_execution, keras_val_spe_fix
 from stepscope.analysis.thaw import thawed
@@ -80,11 +79,11 @@ def speedup_without(frac: float, residual: float = 0.0) -> float:
 
 
 def _split_line(agg: PhaseAgg) -> str:
-    return (f"a step took {fmt_ms(seconds(agg['step_ms_per_step']))}: "
-            f"{fmt_ms(seconds(agg['data_wait_ms_per_step']))} waiting for data, "
-            f"{fmt_ms(seconds(agg['transfer_ms_per_step']))} copying, "
-            f"{fmt_ms(seconds(agg['compute_ms_per_step']))} computing, "
-            f"{fmt_ms(seconds(agg['other_ms_per_step']))} other")
+    return (f"a step took {ms_of(agg['step_ms_per_step'])}: "
+            f"{ms_of(agg['data_wait_ms_per_step'])} waiting for data, "
+            f"{ms_of(agg['transfer_ms_per_step'])} copying, "
+            f"{ms_of(agg['compute_ms_per_step'])} computing, "
+            f"{ms_of(agg['other_ms_per_step'])} other")
 
 
 def _input_fix(agg: PhaseAgg, cores: float | None,
@@ -197,7 +196,7 @@ def input_finding(agg: PhaseAgg, cores: float | None,
     step = agg.get("step_ms_per_step")
     new_step = None if step is None else step / gain
     expected = (f"{change}: data wait {fmt_pct(d)} → {after}, {fmt_gain(gain)} "
-                f"(step {fmt_ms(seconds(step))} → {fmt_ms(seconds(new_step))}{why})")
+                f"(step {ms_of(step)} → {ms_of(new_step)}{why})")
     # The capacity model prices DataLoader changes; a Keras run keeps its own fix and the
     # split-based estimate (Keras's torch backend runs a DataLoader the script never sees).
     framework = framework_of(summary or {})

@@ -134,7 +134,6 @@ def fmt_ratio(x: float | None) -> str:
     return f"{x:.1f}×" if abs(x) < 10 else f"{x:.0f}×"
 
 
-
 def fmt_gain(gain: float) -> str:
     """A predicted speed-up in words; past ~10× the remaining parts are too small to measure
     well, so no more is promised.
@@ -146,9 +145,14 @@ def fmt_gain(gain: float) -> str:
     return "over 10× faster" if gain > 10 else f"~{fmt_ratio(gain)} faster"
 
 
-def seconds(ms: float | None) -> float | None:
-    """Milliseconds (the summary's per-step figures) as seconds, for ``fmt_ms``."""
-    return None if ms is None else ms / 1000.0
+def ms_of(v: float | None) -> str:
+    """A figure the summary keeps in milliseconds (``*_ms_per_step``, ``*_ms_per_image``).
+
+    Examples:
+        >>> ms_of(96.0)
+        '96 ms'
+    """
+    return fmt_ms(None if v is None else v / 1000.0)
 
 
 def fmt_num(v: float | None, digits: int = 1) -> str:
@@ -189,6 +193,7 @@ __all__ = [
     "fmt_bytes_per_s",
     "fmt_count",
     "fmt_duration",
+    "fmt_gain",
     "fmt_img_s",
     "fmt_ms",
     "fmt_num",
@@ -200,14 +205,6 @@ __all__ = [
     "fmt_share",
     "fmt_span",
     "fmt_time",
+    "ms_of",
 ]
 
-
-def ms_of(v: float | None) -> str:
-    """A figure the summary keeps in milliseconds (``*_ms_per_step``, ``*_ms_per_image``).
-
-    Examples:
-        >>> ms_of(96.0)
-        '96 ms'
-    """
-    return fmt_ms(None if v is None else v / 1000.0)

@@ -13,7 +13,7 @@ import math
 
 from stepscope.analysis.contracts_summary import KerasTrainCalls, PhaseAgg, Summary
 from stepscope.analysis.evidence import holds
-from stepscope.analysis.fmt import fmt_gain, fmt_ms, fmt_pct, fmt_ratio, seconds
+from stepscope.analysis.fmt import fmt_gain, fmt_ms, fmt_pct, fmt_ratio, ms_of
 from stepscope.analysis.vocab import KERAS, framework_of
 
 # steps_per_execution=N runs the batch callbacks once per N batches; N is chosen so they are left
@@ -45,7 +45,7 @@ def keras_steps_per_execution(agg: PhaseAgg, summary: Summary | None
                                _tensorboard_words(summary, calls))
     if not holds(summary, "keras_callback_overhead"):
         return None
-    evidence = _callbacks_held(f"{fmt_ms(seconds(agg['other_ms_per_step']))} of every "
+    evidence = _callbacks_held(f"{ms_of(agg['other_ms_per_step'])} of every "
                                f"training step ({fmt_pct(agg['other_frac'])}, timed by watch)")
     if calls is not None and holds(summary, "keras_graph_timed"):
         return _spe_from_graph(calls, evidence, _tensorboard_words(summary, calls))
