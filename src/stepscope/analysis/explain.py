@@ -31,7 +31,7 @@ from stepscope.analysis.fmt import (
 from stepscope.analysis.keras_loader import stages_answer, val_augmented_answer, workers_answer
 from stepscope.analysis.keras_spe import callbacks_named
 from stepscope.analysis.train_val import train_vs_val
-from stepscope.analysis.verdicts import RESIDENT_HIGH_FRAC
+from stepscope.analysis.verdicts import stayed_resident
 from stepscope.analysis.vocab import (
     KERAS,
     KERAS_THREADS_GIL,
@@ -191,11 +191,10 @@ def _epoch_disk_line(e: EpochRow, resid: float | None) -> str:
 
 
 def _stayed_resident(s: Summary, epoch: int) -> bool:
-    """The dataset's residency, measured at each of the epoch's phases' start and end, stayed
-    high (``RESIDENT_HIGH_FRAC``)."""
-    marks = [m for p in s.get("phases") or [] if p["epoch"] == epoch
-             for m in (p.get("dataset_resident_frac_start"), p.get("dataset_resident_frac_end"))]
-    return bool(marks) and all(m is not None and m >= RESIDENT_HIGH_FRAC for m in marks)
+    """The dataset's residency stayed high at each of the epoch's phases' start and end."""
+    return stayed_resident([m for p in s.get("phases") or [] if p["epoch"] == epoch
+                            for m in (p.get("dataset_resident_frac_start"),
+                                      p.get("dataset_resident_frac_end"))])
 
 
 def cold_vs_warm(s: Summary) -> tuple[str, str] | None:

@@ -235,17 +235,21 @@ def _loaders_in_disk_wait(ev: InputEvidence) -> bool:
     return ev.disk_wait_frac is not None and ev.disk_wait_frac >= DISK_WAIT_HIGH_FRAC
 
 
-def dataset_stayed_resident(ev: InputEvidence) -> bool:
-    """The dataset's files were in the page cache at the phase's start and at its end
-    (``mincore``): whatever the process read from the disk meanwhile was other files.
+def stayed_resident(marks: list[float | None]) -> bool:
+    """The dataset's residency (``mincore``), read at each of a window's phase starts and ends,
+    was measured and high every time: whatever the process read from the disk meanwhile was
+    other files.
 
     Examples:
-        >>> dataset_stayed_resident(InputEvidence(workers=0, resident_frac_start=1.0,
-        ...                                       resident_frac_end=0.98))
-        True
+        >>> stayed_resident([1.0, 0.98]), stayed_resident([1.0, None]), stayed_resident([])
+        (True, False, False)
     """
-    return (ev.resident_frac_start is not None and ev.resident_frac_end is not None
-            and min(ev.resident_frac_start, ev.resident_frac_end) >= RESIDENT_HIGH_FRAC)
+    return bool(marks) and all(m is not None and m >= RESIDENT_HIGH_FRAC for m in marks)
+
+
+def dataset_stayed_resident(ev: InputEvidence) -> bool:
+    """The dataset's files were in the page cache at the phase's start and at its end."""
+    return stayed_resident([ev.resident_frac_start, ev.resident_frac_end])
 
 
 def _cold_reads(ev: InputEvidence) -> list[str]:
