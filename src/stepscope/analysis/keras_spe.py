@@ -68,7 +68,7 @@ def _callbacks_words(calls: KerasTrainCalls, summary: Summary) -> str | None:
     if not spent or not (summary.get("loader") or {}).get("callbacks_timed"):
         return None
     named = callbacks_named(summary)
-    return _callbacks_held(f"{fmt_ms(spent / max(1.0, float(calls['calls'])))} a call "
+    return _callbacks_held(f"{fmt_ms(_per_call(calls, spent))} a call "
                            f"(timed by watch{'; ' + named[0] if named else ''})")
 
 
@@ -84,7 +84,7 @@ def callbacks_named(summary: Summary) -> tuple[str, float] | None:
     if total <= 0:
         return None
     top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
-    held = float(calls.get("callbacks_s") or 0.0) / max(1.0, float(calls["calls"]))
+    held = _per_call(calls, calls.get("callbacks_s"))
     return ", ".join(f"{name} {fmt_pct(v / total)}" for name, v in top) + " of that time", held
 
 
@@ -98,8 +98,7 @@ def _tensorboard_words(summary: Summary, calls: KerasTrainCalls) -> str:
     ``steps_per_execution`` divides all of it."""
     by = calls.get("callbacks_by") or {}
     total, tb = sum(by.values()), by.get("TensorBoard", 0.0)
-    step = float(calls["step_s"]) / max(1.0, float(calls["calls"]))
-    spent = float(calls.get("callbacks_s") or 0.0) / max(1.0, float(calls["calls"]))
+    step, spent = _per_call(calls, calls["step_s"]), _per_call(calls, calls.get("callbacks_s"))
     if not holds(summary, "keras_callbacks_named") or total <= 0 or step <= 0 \
             or tb < TENSORBOARD_FRAC * total:
         return ""
@@ -107,6 +106,11 @@ def _tensorboard_words(summary: Summary, calls: KerasTrainCalls) -> str:
             f"{fmt_ms(step)} step (timed by watch): update_freq=\"epoch\" stops its per-batch "
             "summaries, though Keras still runs the hooks every batch, where "
             "steps_per_execution runs them once per call")
+
+
+def _per_call(calls: KerasTrainCalls, total: float | None) -> float:
+    """A time the fact sums over the steady calls, per call."""
+    return float(total or 0.0) / max(1.0, float(calls["calls"]))
 
 
 def _callbacks_held(how_long: str) -> str:
@@ -145,9 +149,7 @@ def _spe_from_graph(calls: KerasTrainCalls, evidence: str | None, instead: str =
     while a loader that filled its buffer during the callbacks now has to keep pace (the wait
     rises); docs/keras.md has both, measured."""
     now = max(1, int(calls.get("steps_per_execution") or 1))
-    count = max(1.0, float(calls["calls"]))
-    step = float(calls["step_s"]) / count
-    wait = float(calls["wait_s"]) / count
+    step, wait = _per_call(calls, calls["step_s"]), _per_call(calls, calls["wait_s"])
     repeat = min(float(calls["work_median_s"]) + wait, step)
     rest = step - repeat
     n = _spe_n(rest / step if step > 0 else 0.0, now)

@@ -411,10 +411,13 @@ def keras_decode_cache_fix(loader: LoaderFacts, images: int | None,
                 f"{fmt_bytes(available)} of RAM this host had available: .cache(filename) on a "
                 f"local disk {where}, or cache them smaller (uint8 before any float conversion, "
                 "a smaller size), so epochs after the first skip decoding")
-    held = (f" (~{fmt_bytes(total)} for the {images:,} images of an epoch, as the pipeline "
-            "yields them" + (f", of {fmt_bytes(available)} of RAM available)" if available
-                             else ": it must fit in RAM)") if total is not None
-            else " (if the decoded set fits in RAM)")
+    if total is None:
+        held = " (if the decoded set fits in RAM)"
+    else:
+        room = f", of {fmt_bytes(available)} of RAM available" if available \
+            else ": it must fit in RAM"
+        held = f" (~{fmt_bytes(total)} for the {images:,} images of an epoch, as the pipeline " \
+               f"yields them{room})"
     return (head + f".cache() {where}, keeps the decoded images in memory{held}, so epochs "
             "after the first skip reading and decoding; or make the decode cheaper (smaller "
             "stored images)")
