@@ -387,10 +387,10 @@ def callback_class(base: Any, rec: Recorder, steps: KerasSteps) -> type:
 
         def _end(self) -> None:
             ph = steps.phase_end()
-            if ph is not None and self._cached.get(ph.phase) and ph.images \
-                    and rec.once(f"tf-data-cache-{ph.phase}"):
+            held = self._cached.get(ph.phase) if ph is not None else None
+            if ph is not None and held and ph.images and rec.once(f"tf-data-cache-{ph.phase}"):
                 # the first pass fills the cache: each image it took, as the cache holds it
-                cache_fact(rec, ph.phase, ph.images * int(self._cached[ph.phase] or 0))
+                cache_fact(rec, ph.phase, ph.images * held)
             if ph is not None and ph.phase == "train":
                 if "refit" in rec.rss_marks and "first_step" in rec.rss_marks:
                     refit_growth(rec)  # a later fit's epoch of one step

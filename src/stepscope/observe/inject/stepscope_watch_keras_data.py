@@ -65,12 +65,21 @@ def _image_bytes(ds: Any) -> int | None:
         import tensorflow as tf
 
         spec = tf.nest.flatten(ds.element_spec)[0]
-        dims = spec.shape.as_list()[1:]
-        if len(dims) != 3 or any(d is None for d in dims):
-            return None
-        return int(dims[0] * dims[1] * dims[2] * spec.dtype.size)
+        return _spec_bytes(spec, batched=True) if spec.shape.rank == 4 else None
     except Exception:
         return None
+
+
+def _spec_bytes(spec: Any, batched: bool) -> int | None:
+    """Bytes of one element of a tensor spec (past its first dimension when ``batched``), None
+    where a dimension is known only at run time."""
+    dims = spec.shape.as_list()
+    n = 1
+    for d in dims[1:] if batched and dims else dims:
+        if d is None:
+            return None
+        n *= d
+    return int(n * spec.dtype.size)
 
 
 def _chain(ds: Any) -> Iterator[Any]:
@@ -116,17 +125,8 @@ def _in_memory_bytes(cache: Any) -> int | None:
 
         batched = any("Batch" in type(d).__name__
                       for d in _chain(getattr(cache, "_input_dataset", None)))
-        total = 0
-        for spec in tf.nest.flatten(cache.element_spec):
-            dims = spec.shape.as_list()
-            dims = dims[1:] if batched and dims else dims
-            if any(d is None for d in dims):
-                return None
-            n = 1
-            for d in dims:
-                n *= d
-            total += n * spec.dtype.size
-        return total
+        sizes = [_spec_bytes(spec, batched) for spec in tf.nest.flatten(cache.element_spec)]
+        return None if any(n is None for n in sizes) else sum(n or 0 for n in sizes)
     except Exception:
         return None
 
