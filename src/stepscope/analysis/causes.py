@@ -41,14 +41,11 @@ from stepscope.analysis.capacity import (
 )
 from stepscope.analysis.fmt import fmt_bytes, fmt_pct
 from stepscope.analysis.verdicts import (
-    COLD_MIN_READ_BYTES,
     DISK_WAIT_HIGH_FRAC,
-    PHYS_READ_HIGH_FRAC,
     PSI_IO_HIGH_PCT,
-    RESIDENT_LOW_FRAC,
     InputCause,
     InputEvidence,
-    dataset_stayed_resident,
+    cold_reads,
 )
 from stepscope.policy import STEAL_NOTABLE_FRAC
 
@@ -61,15 +58,10 @@ SUPPLY_MARGIN = 2.0  # ... able to supply at least twice what the model consumes
 
 
 def is_cold(ev: InputEvidence) -> bool:
-    """The phase's reads came from the disk, not the page cache. A dataset resident at the
-    phase's start and end was not: the process's physical reads were other files then."""
-    if dataset_stayed_resident(ev):
-        return False
-    if ev.disk_read_bytes is not None and ev.rchar_bytes \
-            and ev.disk_read_bytes >= COLD_MIN_READ_BYTES \
-            and ev.disk_read_bytes / ev.rchar_bytes >= PHYS_READ_HIGH_FRAC:
-        return True
-    return ev.resident_frac_start is not None and ev.resident_frac_start < RESIDENT_LOW_FRAC
+    """The phase's reads came from the disk, not the page cache (``cold_reads`` found
+    evidence). A dataset resident at the phase's start and end was not: the process's physical
+    reads were other files then."""
+    return bool(cold_reads(ev))
 
 
 def _ms(s: float, n: float) -> str:

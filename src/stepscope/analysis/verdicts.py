@@ -252,7 +252,10 @@ def dataset_stayed_resident(ev: InputEvidence) -> bool:
     return stayed_resident([ev.resident_frac_start, ev.resident_frac_end])
 
 
-def _cold_reads(ev: InputEvidence) -> list[str]:
+def cold_reads(ev: InputEvidence) -> list[str]:
+    """The evidence that the phase's reads came from the disk, not the page cache: physical
+    reads of 16 MB or more and half of what was read, or the dataset under half resident at the
+    start; none while the dataset stayed resident (``dataset_stayed_resident``). Empty: warm."""
     lines: list[str] = []
     if dataset_stayed_resident(ev):
         return lines  # the physical reads were not the dataset's: no cold cache to name
@@ -301,11 +304,11 @@ def decide_input_cause(ev: InputEvidence) -> InputCause:
     if saturated:
         # Cold reads beside a saturated CPU: the files came from disk, but the loaders were busy
         # computing, not waiting for it (the seed's epoch 1: disk 20-25 %, CPU the limit).
-        cold = _cold_reads(ev)
+        cold = cold_reads(ev)
         if cold:
             saturated.append("cold cache, not the limit: " + ", ".join(cold))
         return InputCause("cpu", saturated)
-    cold, stalled = _cold_reads(ev), _stalled(ev)
+    cold, stalled = cold_reads(ev), _stalled(ev)
     if cold and stalled:
         return InputCause("storage", cold + stalled)
     if ev.workers > 0:
