@@ -221,5 +221,12 @@ def test_a_run_that_failed_says_where_and_what_its_figures_cover(tmp_path: Path)
     steps = sum(p["steps"] for p in s["phases"])
     assert (f"The command exited with code 1 in epoch 2's train phase (run status: failed): "
             f"these figures cover the {steps:,} steps it ran.") in head, head
+    assert "raising" not in head  # no exception recorded: none named
+    s["run"]["exception"] = {"type": "RuntimeError", "message": "the logging sink is gone",
+                             "file": "/home/u/train.py", "line": 12}
+    head = explain(s)[0].text
+    assert ("(run status: failed), raising RuntimeError: the logging sink is gone at "
+            "train.py:12 (the uncaught exception, watch's sys.excepthook): these figures cover "
+            f"the {steps:,} steps it ran.") in head, head
     make_run(tmp_path / "done", RunSpec(specs))
     assert "The command" not in explain(write_summary(tmp_path / "done"))[0].text

@@ -332,29 +332,42 @@ def test_post_import_hook_runs_once_after_import(tmp_path: Path,
 
 
 def test_a_script_that_fails_mid_epoch_is_told_as_such(tmp_path: Path) -> None:
-    """Planted: a PyTorch loop raising in its second epoch (a logging sink gone). watch exits
-    with the script's code, and the explanation's first answer says where it stopped and that
-    its figures cover the steps that ran."""
+    """Planted: a PyTorch loop whose dataset raises on its 6th batch of epoch 2 (a table row it
+    cannot read), inside the DataLoader's ``__next__`` that watch times. watch exits with the
+    script's code; the traceback is Python's without watch's frames (it says how many went);
+    the explanation's first answer says where it stopped, what it raised and where, and that
+    its figures cover the 21 steps that ran (16 of epoch 1, 5 of epoch 2)."""
     import subprocess
 
     script = tmp_path / "fails.py"
     script.write_text(
         "import torch\n"
-        "from torch.utils.data import DataLoader, TensorDataset\n"
-        "data = TensorDataset(torch.randn(256, 8), torch.randint(0, 2, (256,)))\n"
-        "model = torch.nn.Linear(8, 2)\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class Rows(Dataset):\n"
+        "    epoch, x, y = 0, torch.randn(256, 8), torch.randint(0, 2, (256,))\n"
+        "    def __len__(self): return 256\n"
+        "    def __getitem__(self, i):\n"
+        "        if self.epoch == 1 and i == 80:\n"
+        "            raise RuntimeError(f'row {i} of the table is unreadable')\n"
+        "        return self.x[i], self.y[i]\n"
+        "data, model = Rows(), torch.nn.Linear(8, 2)\n"
         "opt = torch.optim.SGD(model.parameters(), 0.1)\n"
         "for epoch in range(3):\n"
-        "    for i, (x, y) in enumerate(DataLoader(data, batch_size=16)):\n"
+        "    data.epoch = epoch\n"
+        "    for x, y in DataLoader(data, batch_size=16):\n"
         "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
-        "        opt.zero_grad(); loss.backward(); opt.step()\n"
-        "        if epoch == 1 and i == 5:\n"
-        "            raise RuntimeError('the logging sink is gone')\n")
+        "        opt.zero_grad(); loss.backward(); opt.step()\n")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
     proc = subprocess.run([PY, "-m", "stepscope", "watch", "--out", str(tmp_path / "run"),
                            "--interval", "0.2", "--", PY, str(script)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "RuntimeError: row 80 of the table is unreadable" in proc.stderr, proc.stderr[-3000:]
+    assert "stepscope_watch_" not in proc.stderr and "fails.py\", line 8" in proc.stderr
+    assert "of its hooks, which only passed the call on, left out of this traceback" \
+        in proc.stderr, proc.stderr[-3000:]
     printed = " ".join(proc.stdout.split())
-    assert "The command exited with code 1 in epoch 2's train phase (run status: failed): " \
-           "these figures cover the 22 steps it ran." in printed, printed[-3000:]
+    assert ("The command exited with code 1 in epoch 2's train phase (run status: failed), "
+            "raising RuntimeError: row 80 of the table is unreadable at fails.py:8 (the uncaught "
+            "exception, watch's sys.excepthook): these figures cover the 21 steps it ran."
+            ) in printed, printed[-3000:]

@@ -210,6 +210,7 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "mem.framework": "torch, tensorflow or jax (watch: what the child imported)",
     "env.cpu_count": "CPUs this process may run on (affinity)",
     "run.imports_done": "watch: Unix time each framework's import finished, by framework",
+    "run.exception": "watch: the uncaught exception that ended the script (type, message, where)",
     "env.cpu_quota_cores": "cgroup CPU quota in cores (null = none)",
     "env.bf16": "native bf16 on the device",
     "env.cpu_bf16": "native bf16 on this CPU (/proc/cpuinfo flags)",

@@ -205,6 +205,16 @@ class RunHeader(TypedDict):
     augment: str | None  # the trainer's augmentation; None for other loops
     augmented: bool | None  # None where the config does not say (a watched script)
     imports_done: dict[str, float] | None  # watch: framework → Unix time its import finished
+    exception: RunException | None  # watch: the uncaught exception that ended the script
+
+
+class RunException(TypedDict):
+    """``summary["run"]["exception"]`` (fact ``run.exception``)."""
+
+    type: str  # builtins by name, others module-qualified
+    message: str  # its first line, at most 200 characters
+    file: str | None  # where it was raised, outside watch's hooks
+    line: int | None
 
 
 class PoolInfo(TypedDict):

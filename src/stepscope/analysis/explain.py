@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from stepscope.analysis import budget, epoch_one, thaw
-from stepscope.analysis.contracts_summary import EpochRow, MemorySection, PhaseAgg, Summary
+from stepscope.analysis.contracts_summary import (
+    EpochRow,
+    MemorySection,
+    PhaseAgg,
+    RunHeader,
+    Summary,
+)
 from stepscope.analysis.epoch_one import (
     epoch_was_cold,
     kept_how,
@@ -146,8 +153,19 @@ def _ended_early(s: Summary) -> str:
         else "failed"
     where = f" in epoch {phases[-1]['epoch']}'s {phases[-1]['phase']} phase" if phases else ""
     steps = sum(p.get("steps") or 0 for p in phases)
-    return (f" The command {how}{where} (run status: {status}): these figures cover the "
-            f"{steps:,} steps it ran.")
+    return (f" The command {how}{where} (run status: {status}){_raised(run)}: these figures "
+            f"cover the {steps:,} steps it ran.")
+
+
+def _raised(run: RunHeader) -> str:
+    """What ended it, where watch's excepthook caught the exception."""
+    exc = run.get("exception")
+    if not exc:
+        return ""
+    message = f": {exc['message']}" if exc.get("message") else ""
+    file = exc.get("file")
+    at = f" at {PurePath(file).name}:{exc['line']}" if file else ""
+    return f", raising {exc['type']}{message}{at} (the uncaught exception, watch's sys.excepthook)"
 
 
 def _strategy_words(s: Summary) -> str:

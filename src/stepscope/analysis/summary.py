@@ -153,6 +153,7 @@ def _run_section(run: RunInfo, cache: SampleCache, facts: dict[str, Fact]) -> Ru
         "augmented": None if run.config.get("augment") is None
         else run.config.get("augment") != "none",
         "imports_done": _fact(facts, "run.imports_done"),
+        "exception": _fact(facts, "run.exception"),
     }
 
 

@@ -44,6 +44,7 @@ def _restore_environment() -> str | None:
 def _install(fd_text: str | None) -> None:
     # Imported now, while this directory is still on sys.path (it leaves it below).
     import stepscope_watch_dist
+    import stepscope_watch_exit
     import stepscope_watch_hf
     import stepscope_watch_imports as imports
     import stepscope_watch_keras
@@ -66,6 +67,7 @@ def _install(fd_text: str | None) -> None:
         os.set_inheritable(fd, False)
     rec = recorder.create_recorder(fd)
     rec.stages = stages.WatchPhases()
+    stepscope_watch_exit.install(rec.fact)
     # The cores this process may use (a `taskset`/cpuset on the command narrows them), measured
     # here: the watching parent's own affinity may be wider.
     rec.fact("env.cpu_count", len(os.sched_getaffinity(0)),
