@@ -329,7 +329,7 @@ def _input_evidence(ph: PhaseRecord, ctx: PhaseContext, t0: float, t1: float,
         disk_wait_frac=_disk_wait_frac(ctx.cache, loader_pids, t0, t1),
         disk_busy_pct=_disk_busy(ctx.cache, t0, t1), worker_word=ctx.worker_word,
         job_cpu_pct=_job_cpu_pct(ctx, t0, t1),
-        steal_pct=ctx.cache.mean("host", "steal_pct", t0, t1),
+        steal_pct=ctx.cache.mean("host", "steal_pct", t0, t1), job_cores=ctx.cores,
     )
     return ev, loader_ms
 

@@ -29,12 +29,17 @@ The input cause, decided from the evidence in this order (each threshold below):
    or the dataset < 50 % page-cache resident at phase start) *and* the loaders stalled on it:
    pressure-stall I/O ≥ 20 %, loader processes in disk wait (state D) in ≥ 20 % of samples,
    the disk ≥ 80 % busy, or the workers idle (< 50 % of a core) while the loop waited.
-3. ``workers``  workers exist, are not saturated and are not waiting on the disk, yet the loop
+3. ``cpu``      a loader that already runs a worker for each of the job's cores (a tf.data map
+   at ``AUTOTUNE``), with the job's cores ≥ 80 % busy: another worker would find no core, so
+   the work a batch costs is the limit. Sampled CPU reads a few points under a saturated
+   pipeline's (the tf.data guide's TFRecord decode read 86-94 % phase by phase), which left
+   such a phase flipping between ``cpu`` and ``workers`` around 90 %.
+4. ``workers``  workers exist, are not saturated and are not waiting on the disk, yet the loop
    waits: too few workers or too little prefetch. Also ``workers == 0`` (loading inline in the
    training process, which may be saturated) while the job's cores, as measured, are < 90 %
    busy: worker processes would load on the cores it leaves idle (the stage-timed analysis,
    analysis/causes.py, says the same).
-4. ``cpu``      ``workers == 0`` without storage evidence nor a measured spare core: loading runs
+5. ``cpu``      ``workers == 0`` without storage evidence nor a measured spare core: loading runs
    inline in the training process, so its CPU work is the wait (by elimination; said so in the
    evidence).
 """
@@ -57,6 +62,7 @@ MIN_STEADY_STEPS = 20
 
 WORKER_SATURATED_PCT = 85.0
 CORES_BUSY_PCT = 90.0
+CORES_MOSTLY_BUSY_PCT = 80.0  # ... enough, where the loader has a worker on each core
 PHYS_READ_HIGH_FRAC = 0.5
 # Physical reads below this are shared libraries paged in by new workers, not the dataset: a
 # ratio over them means nothing (12 MB of page-ins against 415 kB read is "2821 %").
@@ -174,6 +180,7 @@ class InputEvidence:
     # A VM's stolen share of the CPU time (``host`` ``steal_pct``): a process's CPU cannot
     # reach a whole core, nor the job's its cores, by that much (policy.unstolen).
     steal_pct: float | None = None
+    job_cores: float | None = None  # the cores this job may use (affinity, quota)
 
 
 @dataclass(frozen=True)
@@ -215,6 +222,18 @@ def _cpu_saturated(ev: InputEvidence) -> list[str]:
             and not _loaders_in_disk_wait(ev):
         lines.append(f"all cores busy: host CPU {ev.host_cpu_pct:.0f} % on average")
     return lines
+
+
+def _workers_at_cores(ev: InputEvidence) -> str | None:
+    """The evidence line that the loader already has a worker on each of the job's cores and
+    the cores were mostly busy (another worker would find none free), None otherwise."""
+    left = unstolen(ev.steal_pct)
+    if not ev.job_cores or ev.workers < ev.job_cores or ev.job_cpu_pct is None \
+            or ev.job_cpu_pct < CORES_MOSTLY_BUSY_PCT * left or _loaders_in_disk_wait(ev):
+        return None
+    return (f"{fmt_count(ev.workers, ev.worker_word)} already, one for each of the job's "
+            f"{ev.job_cores:g} cores, and the job used {ev.job_cpu_pct:.0f} % of them"
+            f"{_stolen(ev)}: another would find no free core")
 
 
 def _spare_core(ev: InputEvidence) -> str | None:
@@ -311,6 +330,9 @@ def decide_input_cause(ev: InputEvidence) -> InputCause:
     cold, stalled = cold_reads(ev), _stalled(ev)
     if cold and stalled:
         return InputCause("storage", cold + stalled)
+    if (at_cores := _workers_at_cores(ev)) is not None:
+        return InputCause("cpu", [at_cores] + (["cold cache, not the limit: " + ", ".join(cold)]
+                                               if cold else []))
     if ev.workers > 0:
         # "not saturated" rests on the workers' CPU samples; without them say only the count
         # (a tf.data pipeline's threads are not sampled apart from the training process's).
