@@ -201,6 +201,7 @@ FACTS: tuple[FactKey, ...] = tuple(FactKey(k, v) for k, v in {
     "mem.model_objects_bytes": "bytes of the framework's model objects (watch)",
     "mem.tf_data_cache_bytes": "a tf.data .cache() held in memory: the images its first pass put in it × their bytes there (watch)",
     "mem.jax_start_bytes": "RSS growth while JAX started at first use: client, MLIR context, first compile (watch)",
+    "mem.jax_compiles_bytes": "RSS growth over JAX's XLA compiles between its start and fit(): the eager ops that built the model (watch)",
     "mem.before_loop_bytes": "PyTorch: RSS growth from the framework import to the loop's first "
                              "batch, minus the weights (watch)",
     "mem.tf_allocator_peak_bytes": "TensorFlow allocator peak",

@@ -53,6 +53,8 @@ _NAMED_ITEMS = (
      "RSS growth from the framework import to fit(), minus the weights"),
     ("mem.jax_start_bytes", "JAX starting: client, MLIR context, first compile",
      "RSS growth while JAX started at first use"),
+    ("mem.jax_compiles_bytes", "JAX's compiled eager ops before fit()",
+     "RSS growth over each XLA compile between JAX's start and fit()"),
     ("mem.tf_data_cache_bytes", "tf.data .cache() in memory",
      "the images the first pass put in the cache × each one's bytes there"),
     ("mem.before_loop_bytes", "the script's objects before its loop",
