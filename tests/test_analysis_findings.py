@@ -297,3 +297,51 @@ def test_compute_bound_fix_offers_what_the_run_has_not_tried_in_its_frameworks_w
         and gain, fix
     fix, _ = _compute_fix({"precision": "fp32", "channels_last": True})
     assert fix.startswith("already uses channels_last: bf16 autocast, a larger batch"), fix
+
+
+def test_a_keras_pydataset_at_its_cores_gets_its_stages_in_the_fix() -> None:
+    """A PyDataset decoding and resizing JPEGs with PIL in 2 worker processes on 2 cores: its
+    workers timed each stage, so the fix names them per image, the costliest first, with its
+    remedy in Keras's terms and the capacity model's gain; without stage timing the generic
+    advice stays, and no stage figure is said."""
+    summary: Any = {"loader": {"framework": "keras", "kind": "PyDataset", "class": "Files",
+                               "workers": 2, "multiprocessing": True}}
+    stages = {"item": 0.21, "read": 0.08, "decode": 0.68, "transform": 0.97, "collate": 0.0,
+              "pin": 0.0}
+    preds = [{"change": "transform stage free", "images_per_s": 1733.0, "speedup": 2.03,
+              "basis": "transform 1.0 ms of 1.9 ms per image in a loader"},
+             {"change": "decode stage free", "images_per_s": 1380.0, "speedup": 1.62,
+              "basis": "decode 0.7 ms of 1.9 ms per image in a loader"}]
+    staged = _agg(workers=2, input_cause="cpu", data_wait_frac=0.84, predictions=preds,
+                  loader={"stage_ms_per_image": stages})
+    f = input_finding(staged, cores=2, summary=summary)
+    assert f is not None
+    assert ("per image, transforming/augmenting 0.97 ms, decoding 0.68 ms, the dataset's own "
+            "per-item code 0.21 ms, reading the file 0.08 ms (timed in the loader's workers") \
+        in f["fix"], f["fix"]
+    assert "resize them once into an array that __getitem__ indexes" in f["fix"]
+    assert f["expected_gain"].startswith("at most ~2.0× faster were transforming/augmenting "
+                                         "free (transform 1.0 ms of 1.9 ms"), f["expected_gain"]
+    bare = input_finding(_agg(workers=2, input_cause="cpu", data_wait_frac=0.84), cores=2,
+                         summary=summary)
+    assert bare is not None and "per image," not in bare["fix"] and "ms" not in bare["fix"]
+    assert "make each batch cheaper" in bare["fix"]
+
+
+def test_a_gil_held_map_already_at_autotune_is_still_told_to_leave_the_gil() -> None:
+    """The same Python map at num_parallel_calls=AUTOTUNE (2 calls on 2 cores): no call can be
+    added, yet the calls ran one at a time (the GIL held in 96 % of the samples); the fix
+    moves the Python into TensorFlow ops, priced at the calls it has, where it read the generic
+    'make each batch cheaper' before. Unmeasured, the GIL is not named."""
+    def finding(held: float | None) -> Any:
+        summary: Any = {"loader": {"framework": "keras", "kind": "tf.data", "workers": 2,
+                                   "parallel_calls": 2, "prefetch": True, "cache": False,
+                                   "python_gil_held_frac": held}}
+        return input_finding(_agg(workers=2, data_wait_frac=0.98), cores=2, summary=summary)
+
+    f = finding(0.96)
+    assert "move the map's Python (numpy_function/py_function), which holds the GIL" in f["fix"]
+    assert "num_parallel_calls" not in f["fix"]
+    assert f["expected_gain"].startswith("the map's Python out of the GIL, 2 parallel calls:")
+    assert "2 parallel calls make batches at most 2.0× as fast" in f["expected_gain"]
+    assert "GIL" not in finding(None)["fix"] + finding(None)["expected_gain"]

@@ -178,19 +178,19 @@ def test_a_vms_steal_is_not_a_core_to_spare() -> None:
 
 
 def test_a_worker_on_each_core_with_the_cores_mostly_busy_is_cpu() -> None:
-    """A tf.data map at AUTOTUNE (a worker per core) whose job read 86 % of its cores: another
-    worker finds no free core, so ``cpu``, with the figures; one worker short of the cores, or
-    the cores far from busy, stays ``workers``; without the job's CPU the line cannot be said."""
+    """A tf.data map at AUTOTUNE (a worker per core) whose job read 86 % of its cores: more
+    workers would share the same cores, so ``cpu``, with the figures; one worker short of the
+    cores, or the cores half idle, stays ``workers``; without the job's CPU it cannot be said."""
     at_cores = InputEvidence(workers=2, job_cores=2, job_cpu_pct=86.0,
                              worker_word="tf.data parallel call")
     found = decide_input_cause(at_cores)
     assert found.cause == "cpu", found
     assert found.evidence[0] == ("2 tf.data parallel calls already, one for each of the job's 2 "
-                                 "cores, and the job used 86 % of them: another would find no "
-                                 "free core"), found
+                                 "cores (the job used 86 % of them): more would share the same "
+                                 "cores"), found
     assert decide_input_cause(InputEvidence(workers=1, job_cores=2, job_cpu_pct=86.0)
                               ).cause == "workers"
-    assert decide_input_cause(InputEvidence(workers=2, job_cores=2, job_cpu_pct=60.0)
+    assert decide_input_cause(InputEvidence(workers=2, job_cores=2, job_cpu_pct=50.0)
                               ).cause == "workers"
     unmeasured = decide_input_cause(InputEvidence(workers=2, job_cores=2))
     assert unmeasured.cause == "workers" and "already" not in " ".join(unmeasured.evidence)

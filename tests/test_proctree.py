@@ -219,3 +219,30 @@ def test_parse_io_and_uss() -> None:
     assert parse_io("rchar: 10\nwchar: 3\nread_bytes: 4096\nwrite_bytes: 0\n") == (4096, 10)
     rollup = "Rss: 100 kB\nPrivate_Clean: 3 kB\nPrivate_Dirty: 5 kB\nShared_Clean: 9 kB\n"
     assert parse_uss(rollup) == 8 * 1024
+
+
+def test_a_child_born_between_samples_has_its_whole_cpu_counted() -> None:
+    """Planted: a child that burns ~0.3 s of CPU and sleeps, born after one sample and first
+    seen at the next. Its CPU since its start is that interval's (it did not exist before):
+    its own series and the tree's both hold it, where the first sighting used to read none."""
+    tree = ProcessTree(os.getpid())
+    code = ("import time, sys; t = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\n"
+            "print('done', flush=True); sys.stdin.read()")
+    t0 = time.time()
+    tree.sample(t0)
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "done"
+        t1 = time.time()
+        samples = tree.sample(t1)
+        burnt = 0.3 + 0.02  # the loop, and the interpreter's start (a few tens of ms)
+        pct = _value(samples, f"proc:{child.pid}", "cpu_util_pct")
+        assert pct >= 100 * 0.3 / (t1 - t0) * 0.8, (pct, t1 - t0)
+        assert pct <= 100 * (burnt + 0.15) / (t1 - t0) * 1.2 + 5, (pct, t1 - t0)
+        assert _value(samples, "tree", "cpu_util_pct") >= pct
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()

@@ -151,6 +151,25 @@ def test_input_bound(tmp_path: Path, backend: str, kind: str, extra: list[str]) 
 
 
 @pytest.mark.slow
+def test_a_gil_held_map_at_autotune_is_told_to_leave_the_gil(tmp_path: Path) -> None:
+    """Planted: a numpy_function map at num_parallel_calls=AUTOTUNE (a call per core) burning
+    80 ms of CPU in Python a batch (``--cpu-clock``): its calls take turns holding the GIL, so
+    the pipeline runs on about one core. No call can be added; the fix moves the Python into
+    TensorFlow ops, priced at the calls it has (it read "make each batch cheaper … Keras
+    preprocessing layers" before)."""
+    s = _run(tmp_path, "tensorflow", "tfdata-parallel", str(GIL_MS), "dense", "--steps", "24",
+             "--cpu-clock")
+    train = s["by_phase"]["train"]
+    assert train["verdict"] == "input-bound" and train["data_wait_frac"] >= INPUT_WAIT_MIN, train
+    assert s["loader"]["parallel_calls"] == len(os.sched_getaffinity(0)), s["loader"]
+    f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    assert "move the map's Python (numpy_function/py_function), which holds the GIL" in f["fix"]
+    assert "RandomRotation" not in f["fix"] and "num_parallel_calls" not in f["fix"], f
+    assert f["expected_gain"].startswith("the map's Python out of the GIL, "), f
+    _assert_keras_words(s)
+
+
+@pytest.mark.slow
 def test_a_resumed_fit_keeps_keras_epoch_numbers(tmp_path: Path) -> None:
     """``fit(initial_epoch=2, epochs=4)`` prints "Epoch 3/4" and "Epoch 4/4": so does watch."""
     s = _run(tmp_path, "tensorflow", "pydataset", "0", "dense", "--steps", "8", "--epochs", "4",

@@ -22,7 +22,7 @@ from stepscope.analysis.contracts_summary import (
     Summary,
 )
 from stepscope.analysis.evidence import claim, holds
-from stepscope.analysis.fixes import capacity_fix
+from stepscope.analysis.fixes import capacity_fix, keras_stage_fix
 from stepscope.analysis.fmt import (
     fmt_bytes,
     fmt_gain,
@@ -112,6 +112,12 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
                 None)
     # Never more workers than the job's cores allow (policy.more_workers); unknown cores: 2.
     t = policy.more_workers(w, int(cores or 2))
+    if keras and loader is not None and cause in ("workers", "cpu") and t is None \
+            and loader.get("kind") == "tf.data" and python_gil_held(loader) is not None:
+        # A map already at the job's cores (AUTOTUNE) whose Python holds the GIL runs its
+        # calls one at a time: out of the GIL, the calls it has run side by side.
+        return (keras_workers_fix(loader, w, w, agg["phase"]),
+                f"the map's Python out of the GIL, {w} parallel calls", (1, w, "parallel calls"))
     if t is not None and (cause == "workers" or (cause == "cpu" and not cores_busy)):
         if keras and loader is not None:
             change, makers = f"workers {w} → {t}", "workers"
@@ -133,7 +139,7 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
         model = summary.get("model") if summary is not None else None
         layers = model.get("augment_layers") if model else None
         return keras_cpu_fix(loader, agg["phase"], bool(layers)), (
-            "decode once" if agg["phase"] == "val" else "cheaper augmentation"), None
+            "decode once" if agg["phase"] == "val" else KERAS_CPU_CHANGE), None
     if agg["phase"] == "val" and holds(measured, "decoded_val"):
         return (claim(measured, "augmented", "validation does no augmentation: ")
                 + "its CPU cost is decoding and resizing; cache the decoded, resized validation "
@@ -200,7 +206,9 @@ def input_finding(agg: PhaseAgg, cores: float | None,
     # The capacity model prices DataLoader changes; a Keras run keeps its own fix and the
     # split-based estimate (Keras's torch backend runs a DataLoader the script never sees).
     framework = framework_of(summary or {})
-    priced = None if framework == KERAS else capacity_fix(agg, vocab(framework))
+    priced = capacity_fix(agg, vocab(framework)) if framework != KERAS else \
+        keras_stage_fix(agg) if change == KERAS_CPU_CHANGE \
+        and _keras_kind(summary, agg) == "PyDataset" else None
     if priced is not None:
         fix, expected = priced
     gil = _processes_prediction(agg) if change == "use_multiprocessing=True" else None
@@ -218,6 +226,14 @@ def input_finding(agg: PhaseAgg, cores: float | None,
         severity, title = "low", f"{title} (tentative: {agg.get('verdict_note')})"
     return _finding(f"input_bound_{agg['phase']}", severity, title, evidence, fix, expected,
                     _measure_input(summary))
+
+
+KERAS_CPU_CHANGE = "cheaper augmentation"  # training's loading CPU in a Keras run: no more workers
+
+
+def _keras_kind(summary: Summary | None, agg: PhaseAgg) -> str | None:
+    loader = phase_input(summary.get("loader"), agg["phase"]) if summary else None
+    return None if loader is None else loader.get("kind")
 
 
 def other_bound_finding(agg: PhaseAgg, model: ModelFacts | None = None,

@@ -27,6 +27,49 @@ STAGE_REMEDY = {
 }
 
 
+# The same remedies in a Keras script's own terms: its PyDataset's __getitem__ does the work.
+KERAS_STAGE_REMEDY = {
+    "read": "keep the files in RAM or on local storage, or store them smaller, pre-resized to "
+            "the model's input",
+    "decode": "store the images pre-resized to the model's input (a small JPEG decodes fast; "
+              "PIL's Image.draft decodes a large one at reduced size), or decode and resize them "
+              "once into an array that __getitem__ indexes",
+    "transform": "where the transforms are a resize, store the images pre-resized or resize "
+                 "them once into an array that __getitem__ indexes; where they are random "
+                 "augmentation, Keras preprocessing layers (RandomRotation, RandomZoom, "
+                 "RandomFlip) run it as compiled ops inside the model",
+    "item": "profile __getitem__'s own code and make it cheaper, or compute what it makes once",
+}
+STAGE_TIMED = ("timed in the loader's workers: PIL's and OpenCV's file opening, decoding, "
+               "resizing and transforms; the rest of __getitem__ is its own code")
+
+
+def keras_stage_fix(agg: PhaseAgg) -> tuple[str, str] | None:
+    """A Keras ``PyDataset`` whose loading CPU is the limit (no more workers would help): its
+    stages per image as its workers timed them, the costliest one's remedy in Keras's terms,
+    and the capacity model's gain were that stage free. None without stage timing."""
+    loader = agg.get("loader")
+    if not loader:
+        return None
+    ms = {k: v for k, v in (loader.get("stage_ms_per_image") or {}).items()
+          if k in KERAS_STAGE_REMEDY and v}
+    if not ms:
+        return None
+    order = sorted(ms, key=ms.__getitem__, reverse=True)
+    parts = ", ".join(f"{STAGE_WORDS[k].split(' (')[0]} {ms[k]:.2f} ms" for k in order)
+    top = order[0]
+    fix = (f"the CPU preparing batches is the limit; per image, {parts} ({STAGE_TIMED}). "
+           f"{STAGE_WORDS[top].split(' (')[0].capitalize()} costs the most: "
+           f"{KERAS_STAGE_REMEDY[top]}")
+    sure = _sureness(agg)
+    gains = [(k, p) for k in order[:2] if (p := _pred(agg, f"{k} stage free")) is not None]
+    if not gains:
+        return fix, f"no prediction: the stages' capacity was not modelled; {sure}"
+    said = "; ".join(f"~{fmt_ratio(p['speedup'])} faster were {STAGE_WORDS[k].split(' (')[0]} "
+                     f"free ({p['basis']})" for k, p in gains)
+    return fix, f"at most {said}; {sure}"
+
+
 def _pred(agg: PhaseAgg, prefix: str) -> PredictionRow | None:
     return next((p for p in agg.get("predictions") or [] if p["change"].startswith(prefix)), None)
 

@@ -30,10 +30,12 @@ The input cause, decided from the evidence in this order (each threshold below):
    pressure-stall I/O ≥ 20 %, loader processes in disk wait (state D) in ≥ 20 % of samples,
    the disk ≥ 80 % busy, or the workers idle (< 50 % of a core) while the loop waited.
 3. ``cpu``      a loader that already runs a worker for each of the job's cores (a tf.data map
-   at ``AUTOTUNE``), with the job's cores ≥ 80 % busy: another worker would find no core, so
-   the work a batch costs is the limit. Sampled CPU reads a few points under a saturated
-   pipeline's (the tf.data guide's TFRecord decode read 86-94 % phase by phase), which left
-   such a phase flipping between ``cpu`` and ``workers`` around 90 %.
+   at ``AUTOTUNE``, a PyDataset's ``workers``), with the job's cores ≥ 60 % busy: more workers
+   would share the same cores (``policy.more_workers`` adds none), so the work a batch costs is
+   the limit. Saturated pipelines' sampled CPU read 66-96 % over sub-second phases (the tf.data
+   guide's TFRecord decode, a PyDataset decoding JPEGs with PIL in two worker processes), which
+   left their phases flipping between ``cpu`` and ``workers`` around 90 %; under 60 % the
+   workers wait on something else than their CPU.
 4. ``workers``  workers exist, are not saturated and are not waiting on the disk, yet the loop
    waits: too few workers or too little prefetch. Also ``workers == 0`` (loading inline in the
    training process, which may be saturated) while the job's cores, as measured, are < 90 %
@@ -62,7 +64,9 @@ MIN_STEADY_STEPS = 20
 
 WORKER_SATURATED_PCT = 85.0
 CORES_BUSY_PCT = 90.0
-CORES_MOSTLY_BUSY_PCT = 80.0  # ... enough, where the loader has a worker on each core
+# ... enough, where the loader has a worker on each core: saturated pipelines' sampled CPU
+# read 66-96 % over sub-second phases (warm-up, a batch's hand-off, the sampling's grain)
+CORES_MOSTLY_BUSY_PCT = 60.0
 PHYS_READ_HIGH_FRAC = 0.5
 # Physical reads below this are shared libraries paged in by new workers, not the dataset: a
 # ratio over them means nothing (12 MB of page-ins against 415 kB read is "2821 %").
@@ -232,8 +236,8 @@ def _workers_at_cores(ev: InputEvidence) -> str | None:
             or ev.job_cpu_pct < CORES_MOSTLY_BUSY_PCT * left or _loaders_in_disk_wait(ev):
         return None
     return (f"{fmt_count(ev.workers, ev.worker_word)} already, one for each of the job's "
-            f"{ev.job_cores:g} cores, and the job used {ev.job_cpu_pct:.0f} % of them"
-            f"{_stolen(ev)}: another would find no free core")
+            f"{ev.job_cores:g} cores (the job used {ev.job_cpu_pct:.0f} % of them"
+            f"{_stolen(ev)}): more would share the same cores")
 
 
 def _spare_core(ev: InputEvidence) -> str | None:

@@ -107,7 +107,7 @@ class _Tracked:
     info: ProcessInfo
     start_ticks: int
     cpu_ticks: int
-    cpu_t: float | None  # when cpu_ticks was read; None until a second reading exists
+    cpu_t: float | None  # when cpu_ticks was read (or its birth); None until known
     read_bytes: int = 0
     rchar: int = 0
     rss_bytes: int = 0
@@ -149,8 +149,10 @@ class ProcessTree:
         uss_interval_s: float = 10.0,
         discovery: str = "auto",
         proc: Path = PROC,
+        uptime: Callable[[], float] = lambda: time.clock_gettime(time.CLOCK_BOOTTIME),
     ) -> None:
         self.root_pid = root_pid
+        self._uptime = uptime
         self.include_root = include_root
         self.uss_interval_s = uss_interval_s
         self._clock = clock
@@ -248,6 +250,7 @@ class ProcessTree:
             info = ProcessInfo(st.pid, st.ppid, self._role(st, cmdline),
                                _display_name(st.comm, cmdline), now, now)
             t = _Tracked(info, st.start_ticks, st.cpu_ticks, None)
+            self._since_birth(t, st, now)
             self._tracked[st.pid] = t
         elif t.info.role == "child" and st.comm == TORCH_WORKER_COMM:
             t.info.role = "worker"  # spawn-started workers rename themselves after start-up
@@ -258,6 +261,21 @@ class ProcessTree:
         io = _read(f"{self._procdir}/{st.pid}/io")
         if io is not None:
             t.read_bytes, t.rchar = parse_io(io)
+
+    def _since_birth(self, t: _Tracked, st: ProcStat, now: float) -> None:
+        """A process born since the last sample used every CPU tick it has in that interval:
+        count them from its start (``/proc`` stamps it in ticks since boot), not from when the
+        scan first saw it. Otherwise a process's first interval is lost: a PyDataset's or a
+        non-persistent DataLoader's workers start again each epoch, and on phases of a few
+        samples their CPU, and the job's, read 15-20 points low (2 workers at 77 % and 78 % of a
+        core beside a main process at 38 % read as a job at 77 % of two cores, not 96 %)."""
+        if self._last_t is None:
+            return
+        # the start is stamped in whole ticks, rounded down: a birth just after the last
+        # sample can read up to a tick before it
+        age = self._uptime() - st.start_ticks / CLK_TCK
+        if 0.0 <= age < now - self._last_t + 1.0 / CLK_TCK:
+            t.cpu_ticks, t.cpu_t = 0, max(now - age, self._last_t)
 
     def _role(self, st: ProcStat, cmdline: str | None) -> str:
         if st.pid == self.root_pid:

@@ -1,0 +1,54 @@
+"""Keras's PyDataset guide on Keras 3 / TensorFlow: ``__getitem__`` opens and resizes each JPEG
+(PIL) in worker processes, one per core, feeding a small CNN. The planted truth: decoding and
+resizing the same files every epoch is the cost, on cores the workers already fill, so more
+workers cannot help; the answer says so with the workers' stage timing and advises doing that
+work once; the advice is taken and its gain measured. Real TensorFlow, each run in its own
+process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_watch_keras import PY, SRC, _assert_keras_words, _run_script
+
+SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_pil.py"
+IMAGES = 960  # 30 batches of 32 an epoch
+ONCE_GAIN_MIN = 1.3  # best epoch of 2-4, decoded once against every epoch (1.67-1.88x in
+# three pairs; the capacity model said at most 1.8-2.0x for either stage free)
+
+
+def _rate(s: dict[str, Any]) -> float:
+    return max(p["images"] / p["seconds"] for p in s["phases"]
+               if p["phase"] == "train" and p["epoch"] >= 2)
+
+
+@pytest.mark.slow
+def test_a_pydataset_decoding_every_epoch_gets_its_stages_and_the_remedy_pays(
+        tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    subprocess.run([PY, "-m", "stepscope", "data", "synth", str(tmp_path / "synth"), "--images",
+                    str(IMAGES)], env=env, check=True, capture_output=True, timeout=300)
+    images = str(tmp_path / "synth" / "images")
+    s = _run_script(tmp_path / "plain", SCRIPT, images, "--epochs", "4")
+    assert s["loader"]["kind"] == "PyDataset" and s["loader"]["multiprocessing"] is True
+    train = s["by_phase"]["train"]
+    assert (train["verdict"], train["input_cause"]) == ("input-bound", "cpu"), train
+    advice = next(f for f in s["findings"] if f["id"] == "input_bound_train")
+    # the workers timed each stage: decoding and resizing (a PIL transform) lead, by figure
+    assert "per image, " in advice["fix"] and "(timed in the loader's workers" in advice["fix"]
+    for stage in ("decoding ", "transforming/augmenting ", "reading the file "):
+        assert stage in advice["fix"], advice
+    assert "resize them once into an array that __getitem__ indexes" in advice["fix"], advice
+    assert advice["expected_gain"].startswith("at most ~"), advice
+    assert "RandomRotation" not in advice["fix"].split("where they are random augmentation")[0]
+    _assert_keras_words(s)
+
+    once = _run_script(tmp_path / "once", SCRIPT, images, "--epochs", "4", "--once")
+    gain = _rate(once) / _rate(s)
+    print(f"best of epochs 2-4: {_rate(s):.0f} -> {_rate(once):.0f} img/s ({gain:.2f}x)")
+    assert gain >= ONCE_GAIN_MIN, (gain, _rate(s), _rate(once))
