@@ -345,3 +345,22 @@ def test_a_gil_held_map_already_at_autotune_is_still_told_to_leave_the_gil() -> 
     assert f["expected_gain"].startswith("the map's Python out of the GIL, 2 parallel calls:")
     assert "2 parallel calls make batches at most 2.0× as fast" in f["expected_gain"]
     assert "GIL" not in finding(None)["fix"] + finding(None)["expected_gain"]
+
+
+def test_keras_worker_processes_idle_while_the_loop_waited_are_told_threads() -> None:
+    """A PyDataset's worker processes busy a few per cent of the phase while the loop waited
+    (cause ``main-process``, from their own busy time): taking each batch from them is the
+    wait, so threads where __getitem__ is cheap, or fewer bytes a batch; never PyTorch's
+    collate/pin-memory advice."""
+    summary: Any = {"loader": {"framework": "keras", "kind": "PyDataset", "class": "Files",
+                               "workers": 2, "multiprocessing": True}}
+    idle = _agg(workers=2, input_cause="main-process", data_wait_frac=0.63,
+                input_evidence=["2 workers busy 0.1 % of the phase and able to supply 4,630,992 "
+                                "img/s against 4,081 consumed, yet the loop waited"])
+    f = input_finding(idle, cores=2, summary=summary)
+    assert f is not None
+    assert "construct the Files with use_multiprocessing=False (workers=2 threads)" in f["fix"]
+    assert "keras.layers.Rescaling(1 / 255)" in f["fix"]
+    assert f["expected_gain"].startswith("worker threads, not processes: data wait 63 %")
+    for word in ("collate", "pin", "DataLoader"):
+        assert word not in f["fix"], word

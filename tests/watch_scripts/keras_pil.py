@@ -6,6 +6,7 @@ resizes it (PIL here), in worker processes (``workers``: the job's cores,
 
 --once: the remedy stepscope advises where decoding and resizing cost the most: decode and
 resize every image once, into an array ``__getitem__`` indexes.
+--threads: the workers as threads (``use_multiprocessing=False``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ p.add_argument("images")
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--images-n", "--images", dest="n", type=int, default=960)
 p.add_argument("--once", action="store_true")
+p.add_argument("--threads", action="store_true", help="workers as threads, not processes")
 args = p.parse_args()
 
 
@@ -55,7 +57,7 @@ class Files(keras.utils.PyDataset):
 
 names = sorted(glob.glob(os.path.join(args.images, "*.jpg")))[:args.n]
 workers = len(os.sched_getaffinity(0))
-data = Files(names, 32, args.once, workers=workers, use_multiprocessing=True)
+data = Files(names, 32, args.once, workers=workers, use_multiprocessing=not args.threads)
 model = keras.Sequential([
     keras.Input((SIDE, SIDE, 3)),
     keras.layers.Conv2D(8, 3, strides=2, activation="relu"),

@@ -140,10 +140,18 @@ def _idle_workers(lf: LoaderFigures, cap: Capacity | None,
         return None
     return InputCause("main-process", [
         f"{lf.workers} workers busy {fmt_pct(busy)} of the phase and able to supply "
-        f"{supply:.0f} img/s against {consume:.0f} consumed, yet the loop waited: the wait is "
+        f"{supply:,.0f} img/s against {consume:,.0f} consumed, yet the loop waited: the wait is "
         "in the training process (receiving each batch from a worker, its own loop overhead, "
         "or waiting to be scheduled)",
         _cores_line(cap)])
+
+
+def decide_idle_processes_cause(lf: LoaderFigures, cap: Capacity | None,
+                                phase: PhaseFigures) -> InputCause | None:
+    """``main-process`` for worker processes mostly idle while the loop waited (the one
+    stage-based cause a Keras run's worker processes get besides the GIL's): the wait is the
+    training process taking each batch from them. None for threads or without the figures."""
+    return None if lf.worker_threads else _idle_workers(lf, cap, phase)
 
 
 def _item_stages(lf: LoaderFigures) -> float:

@@ -91,7 +91,14 @@ def _cause_words(s: Summary, cause: str, agg: PhaseAgg | None = None) -> str:
         return keras_workers_spare(phase_input(s.get("loader"), phase), phase, int(cores or 2))
     if cause == "workers":
         return vocab(framework_of(s)).workers_cause
+    if cause == "main-process" and agg is not None \
+            and "workers busy" in " ".join(agg.get("input_evidence") or []):
+        return IDLE_WORKERS_WORDS  # causes._idle_workers: not the collate, the receiving
     return _CAUSE_WORDS.get(cause, cause)
+
+
+IDLE_WORKERS_WORDS = ("the training process was slow to take each batch from its workers while "
+                      "they sat mostly idle")
 
 
 def _split_words(agg: PhaseAgg) -> str:

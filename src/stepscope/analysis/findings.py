@@ -48,6 +48,7 @@ from stepscope.analysis.vocab import (
     keras_decode_cache_fix,
     keras_moderate_wait_fix,
     keras_processes_fix,
+    keras_receive_fix,
     keras_storage_fix,
     keras_workers_fix,
     phase_input,
@@ -110,6 +111,8 @@ def _input_fix(agg: PhaseAgg, cores: float | None,
                 "(it stays in the page cache after the first epoch if it fits), store smaller "
                 "pre-resized files, or add workers so more reads are in flight", "faster storage",
                 None)
+    if keras and loader is not None and cause == "main-process":
+        return keras_receive_fix(loader, w), KERAS_THREADS_CHANGE, None
     # Never more workers than the job's cores allow (policy.more_workers); unknown cores: 2.
     t = policy.more_workers(w, int(cores or 2))
     if keras and loader is not None and cause in ("workers", "cpu") and t is None \
@@ -229,6 +232,7 @@ def input_finding(agg: PhaseAgg, cores: float | None,
 
 
 KERAS_CPU_CHANGE = "cheaper augmentation"  # training's loading CPU in a Keras run: no more workers
+KERAS_THREADS_CHANGE = "worker threads, not processes"
 
 
 def _keras_kind(summary: Summary | None, agg: PhaseAgg) -> str | None:

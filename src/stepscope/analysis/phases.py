@@ -22,7 +22,12 @@ from stepscope.analysis.capacity import (
     thread_figures,
     workers_curve,
 )
-from stepscope.analysis.causes import decide_cause_from_stages, decide_threads_cause, is_cold
+from stepscope.analysis.causes import (
+    decide_cause_from_stages,
+    decide_idle_processes_cause,
+    decide_threads_cause,
+    is_cold,
+)
 from stepscope.analysis.contracts_summary import (
     LoaderRow,
     PhaseRow,
@@ -401,6 +406,8 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
         if cause is None and lf is not None and ctx.stage_causes:
             cause = decide_cause_from_stages(ev, lf, cap, {"seconds": seconds, "images": images,
                                                            "repeat": repeat})
+        elif cause is None and lf is not None:  # a Keras PyDataset's worker processes
+            cause = decide_idle_processes_cause(lf, cap, {"seconds": seconds, "images": images})
         cause = cause or decide_input_cause(ev)
     disk, rchar = ev.disk_read_bytes, ev.rchar_bytes
     return {

@@ -346,6 +346,20 @@ def keras_processes_fix(loader: LoaderFacts, workers: int) -> str:
             f"use_multiprocessing=True {why}")
 
 
+def keras_receive_fix(loader: LoaderFacts, workers: int) -> str:
+    """Worker processes idle while the loop waited: taking each batch from them is the wait."""
+    threads = ("model.fit(..., use_multiprocessing=False)" if loader.get("framework") ==
+               "tf.keras" else f"construct the {loader.get('class') or 'PyDataset'} with "
+               f"use_multiprocessing=False (workers={workers} threads)")
+    return (f"the {workers} worker processes were mostly idle while the loop waited: the wait is "
+            "the training process taking each batch from them (Keras sends every batch from a "
+            "worker process through a multiprocessing queue, pickled, and unpickles it). Where "
+            f"__getitem__ is cheap, as its workers' idle time says, {threads}: threads hand a "
+            "batch over without a copy; otherwise send fewer bytes a batch, such as uint8 "
+            "images rescaled inside the model by keras.layers.Rescaling(1 / 255), a quarter "
+            "of float32's")
+
+
 # Why a Keras run's loading threads could not keep up, when they were measured GIL-bound.
 KERAS_THREADS_GIL = ("the PyDataset's loading threads took turns holding Python's GIL, so the "
                      "job's other cores did no loading")
