@@ -43,6 +43,10 @@ def test_a_map_that_decodes_every_epoch_is_told_to_cache_and_the_cache_pays(
     assert loader["image_bytes"] == 96 * 96 * 3 * 4  # float32 after the resize
     train = s["by_phase"]["train"]
     assert train["verdict"] == "input-bound", train
+    # the map already runs a call on each of the job's cores (AUTOTUNE): the decode's CPU is the
+    # limit, which phases whose sampled CPU read 70-94 % had called `workers` by turns
+    assert all(p["input_cause"] == "cpu" for p in s["phases"]), [
+        (p["epoch"], p["input_cause"], p["input_evidence"]) for p in s["phases"]]
     advice = next(f for f in s["findings"] if f["id"] == "input_bound_train")
     assert ".cache() right after the decode map" in advice["fix"], advice
     assert "before any random op" in advice["fix"], advice
