@@ -82,6 +82,22 @@ def _run_script(tmp_path: Path, script: Path, *args: str) -> dict[str, Any]:
     return summary
 
 
+def synth(out: Path, images: int) -> Path:
+    """``stepscope data synth OUT --images N``: JPEGs in ``OUT/images``, ``train.csv`` and
+    ``valid.csv`` beside them; returns ``OUT``."""
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    subprocess.run([PY, "-m", "stepscope", "data", "synth", str(out), "--images", str(images)],
+                   env=env, check=True, capture_output=True, timeout=300)
+    return out
+
+
+def best_rate(summary: dict[str, Any]) -> float:
+    """The best training epoch after the first, img/s: this host slows a whole epoch now and
+    then, by up to half (docs/performance.md), so one epoch against another says little."""
+    return max(p["images"] / p["seconds"] for p in summary["phases"]
+               if p["phase"] == "train" and p["epoch"] >= 2)
+
+
 def _train(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in summary["phases"] if p["phase"] == "train"]
 
@@ -547,17 +563,14 @@ def test_keras_folder_pipeline_cold_then_warm_page_cache(tmp_path: Path) -> None
     and the explanation says so with the bytes and the residency."""
     from tests.conftest import evict_or_skip
 
-    synth, folders = tmp_path / "synth", tmp_path / "folders"
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    subprocess.run([PY, "-m", "stepscope", "data", "synth", str(synth), "--images", "320"],
-                   env=env, check=True, capture_output=True, timeout=300)
+    made, folders = synth(tmp_path / "synth", 320), tmp_path / "folders"
     files: list[Path] = []
     for split in ("train", "valid"):
-        for line in (synth / f"{split}.csv").read_text().splitlines()[1:]:
+        for line in (made / f"{split}.csv").read_text().splitlines()[1:]:
             name, label = line.strip().split(",")
             (folders / split / label).mkdir(parents=True, exist_ok=True)
             files.append(folders / split / label / name)
-            os.link(synth / "images" / name, files[-1])  # same inode: one page cache
+            os.link(made / "images" / name, files[-1])  # same inode: one page cache
     evict_or_skip(files)
     s = _run_script(tmp_path, FOLDER_SCRIPT, str(folders), "--epochs", "2")
     assert s["dataset"]["files"] == len(files)
@@ -575,11 +588,7 @@ def test_keras_folder_pipeline_cold_then_warm_page_cache(tmp_path: Path) -> None
 def seed_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """60 synthetic JPEGs: 48 train (6 batches of 8), 12 validation (2 batches). Each
     InceptionResNetV2 step at 299 px is ~2.7 s on this machine's 2 cores: CI's time."""
-    out = tmp_path_factory.mktemp("seed_synth")
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    subprocess.run([PY, "-m", "stepscope", "data", "synth", str(out), "--images", "60"],
-                   env=env, check=True, capture_output=True, timeout=300)
-    return out
+    return synth(tmp_path_factory.mktemp("seed_synth"), 60)
 
 
 @pytest.mark.slow

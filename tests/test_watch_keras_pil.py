@@ -8,14 +8,16 @@ to use threads, which is measured too."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.test_watch_keras import PY, SRC, _assert_keras_words, _run_script
+from tests.test_watch_keras import (
+    _assert_keras_words,
+    _run_script,
+    best_rate,
+    synth,
+)
 
 SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_pil.py"
 IMAGES = 960  # 30 batches of 32 an epoch
@@ -25,17 +27,12 @@ THREADS_GAIN_MIN = 1.5  # the decoded array served by threads against processes 
 # two pairs; the split-based estimate said ~2.5x)
 
 
-def _rate(s: dict[str, Any]) -> float:
-    return max(p["images"] / p["seconds"] for p in s["phases"]
-               if p["phase"] == "train" and p["epoch"] >= 2)
 
 
 @pytest.mark.slow
 def test_a_pydataset_decoding_every_epoch_gets_its_stages_and_the_remedy_pays(
         tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    subprocess.run([PY, "-m", "stepscope", "data", "synth", str(tmp_path / "synth"), "--images",
-                    str(IMAGES)], env=env, check=True, capture_output=True, timeout=300)
+    synth(tmp_path / "synth", IMAGES)
     images = str(tmp_path / "synth" / "images")
     s = _run_script(tmp_path / "plain", SCRIPT, images, "--epochs", "4")
     assert s["loader"]["kind"] == "PyDataset" and s["loader"]["multiprocessing"] is True
@@ -52,9 +49,9 @@ def test_a_pydataset_decoding_every_epoch_gets_its_stages_and_the_remedy_pays(
     _assert_keras_words(s)
 
     once = _run_script(tmp_path / "once", SCRIPT, images, "--epochs", "4", "--once")
-    gain = _rate(once) / _rate(s)
-    print(f"best of epochs 2-4: {_rate(s):.0f} -> {_rate(once):.0f} img/s ({gain:.2f}x)")
-    assert gain >= ONCE_GAIN_MIN, (gain, _rate(s), _rate(once))
+    gain = best_rate(once) / best_rate(s)
+    print(f"best of epochs 2-4: {best_rate(s):.0f} -> {best_rate(once):.0f} img/s ({gain:.2f}x)")
+    assert gain >= ONCE_GAIN_MIN, (gain, best_rate(s), best_rate(once))
 
     # Decoded once, __getitem__ is a slice: the workers sit idle and the wait is the training
     # process taking each ~3.5 MB batch from them through Keras's queue. Told so, with threads
@@ -66,6 +63,6 @@ def test_a_pydataset_decoding_every_epoch_gets_its_stages_and_the_remedy_pays(
     _assert_keras_words(once)
     threads = _run_script(tmp_path / "threads", SCRIPT, images, "--epochs", "4", "--once",
                           "--threads")
-    gain = _rate(threads) / _rate(once)
-    print(f"threads: {_rate(once):.0f} -> {_rate(threads):.0f} img/s ({gain:.2f}x)")
-    assert gain >= THREADS_GAIN_MIN, (gain, _rate(once), _rate(threads))
+    gain = best_rate(threads) / best_rate(once)
+    print(f"threads: {best_rate(once):.0f} -> {best_rate(threads):.0f} img/s ({gain:.2f}x)")
+    assert gain >= THREADS_GAIN_MIN, (gain, best_rate(once), best_rate(threads))

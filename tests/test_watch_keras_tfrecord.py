@@ -10,11 +10,17 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.test_watch_keras import PY, SRC, _assert_keras_words, _run_script
+from tests.test_watch_keras import (
+    PY,
+    SRC,
+    _assert_keras_words,
+    _run_script,
+    best_rate,
+    synth,
+)
 
 SCRIPT = Path(__file__).parent / "watch_scripts" / "keras_tfrecord.py"
 IMAGES = 1280  # 40 batches of 32 an epoch
@@ -22,19 +28,13 @@ CACHE_GAIN_MIN = 1.5  # best epoch of 2-4 with the cache against without (predic
 # 3.4-4.9x over epochs 2-3 in four runs, 1.25x in a fifth the host slowed; 4-6x by hand)
 
 
-def _rate(s: dict[str, Any]) -> float:
-    """The best epoch after the first: this host slows a whole epoch now and then, by up to
-    half (docs/performance.md), and a cached epoch lasts ~0.15 s."""
-    return max(p["images"] / p["seconds"] for p in s["phases"]
-               if p["phase"] == "train" and p["epoch"] >= 2)
 
 
 @pytest.mark.slow
 def test_a_map_that_decodes_every_epoch_is_told_to_cache_and_the_cache_pays(
         tmp_path: Path) -> None:
+    synth(tmp_path / "synth", IMAGES)
     env = dict(os.environ, PYTHONPATH=str(SRC))
-    subprocess.run([PY, "-m", "stepscope", "data", "synth", str(tmp_path / "synth"), "--images",
-                    str(IMAGES)], env=env, check=True, capture_output=True, timeout=300)
     subprocess.run([PY, str(SCRIPT), "make", str(tmp_path / "synth" / "images"),
                     str(tmp_path / "recs")], env=env, check=True, capture_output=True, timeout=300)
     s = _run_script(tmp_path / "plain", SCRIPT, "train", str(tmp_path / "recs"), "--epochs", "4")
@@ -64,6 +64,6 @@ def test_a_map_that_decodes_every_epoch_is_told_to_cache_and_the_cache_pays(
     assert items["tf.data .cache() in memory"] == IMAGES * (96 * 96 * 3 * 4 + 8), items
     assert abs(cached["memory"]["unattributed_frac"]) <= 0.1, cached["memory"]
     assert "tf.data .cache() in memory" not in {i["item"] for i in s["memory"]["ledger"]}
-    gain = _rate(cached) / _rate(s)
-    print(f"best of epochs 2-4: {_rate(s):.0f} -> {_rate(cached):.0f} img/s ({gain:.2f}x)")
+    gain = best_rate(cached) / best_rate(s)
+    print(f"best of epochs 2-4: {best_rate(s):.0f} -> {best_rate(cached):.0f} img/s ({gain:.2f}x)")
     assert gain >= CACHE_GAIN_MIN, gain
