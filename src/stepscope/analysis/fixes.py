@@ -56,17 +56,17 @@ def keras_stage_fix(agg: PhaseAgg) -> tuple[str, str] | None:
     if not ms:
         return None
     order = sorted(ms, key=ms.__getitem__, reverse=True)
-    parts = ", ".join(f"{STAGE_WORDS[k].split(' (')[0]} {ms[k]:.2f} ms" for k in order)
+    name = {k: STAGE_WORDS[k].split(" (")[0] for k in order}  # without the item's gloss
+    parts = ", ".join(f"{name[k]} {ms[k]:.2f} ms" for k in order)
     top = order[0]
     fix = (f"the CPU preparing batches is the limit; per image, {parts} ({STAGE_TIMED}). "
-           f"{STAGE_WORDS[top].split(' (')[0].capitalize()} costs the most: "
-           f"{KERAS_STAGE_REMEDY[top]}")
+           f"{name[top].capitalize()} costs the most: {KERAS_STAGE_REMEDY[top]}")
     sure = _sureness(agg)
     gains = [(k, p) for k in order[:2] if (p := _pred(agg, f"{k} stage free")) is not None]
     if not gains:
         return fix, f"no prediction: the stages' capacity was not modelled; {sure}"
-    said = "; ".join(f"~{fmt_ratio(p['speedup'])} faster were {STAGE_WORDS[k].split(' (')[0]} "
-                     f"free ({p['basis']})" for k, p in gains)
+    said = "; ".join(f"~{fmt_ratio(p['speedup'])} faster were {name[k]} free ({p['basis']})"
+                     for k, p in gains)
     return fix, f"at most {said}; {sure}"
 
 

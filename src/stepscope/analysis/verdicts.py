@@ -230,7 +230,7 @@ def _cpu_saturated(ev: InputEvidence) -> list[str]:
 
 def _workers_at_cores(ev: InputEvidence) -> str | None:
     """The evidence line that the loader already has a worker on each of the job's cores and
-    the cores were mostly busy (another worker would find none free), None otherwise."""
+    the cores were mostly busy (more workers would share them), None otherwise."""
     left = unstolen(ev.steal_pct)
     if not ev.job_cores or ev.workers < ev.job_cores or ev.job_cpu_pct is None \
             or ev.job_cpu_pct < CORES_MOSTLY_BUSY_PCT * left or _loaders_in_disk_wait(ev):
