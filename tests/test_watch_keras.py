@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -617,11 +616,3 @@ def test_seed_keras_script_on_tensorflow(tmp_path: Path, seed_data: Path) -> Non
     # the seed's "100 % at epoch end": validation, then the checkpoint written (its best only)
     assert 1 <= s["checkpoints"]["writes"] <= 2 and s["checkpoints"]["keras"]["save_best_only"]
     assert "Checkpoints were written" in s["_printed"]
-    # Validation runs the same frozen trunk on each image as training (the head's backward is
-    # a Dense layer's): where it reads slower over its phases, that is its warm-up steps (12
-    # images against 48 take them), not its data or its work per image
-    printed = " ".join(s["_printed"].split())
-    assert "waited longer for data" not in printed
-    if re.search(r"Validation ran at [\d.,]+ img/s against [\d.,]+ img/s in training "
-                 r"\([\d.]+× slower\)", printed):
-        assert "validation is slower over its phases because its warm-up steps took" in printed
