@@ -54,6 +54,7 @@ BLOCKED_HIGH_FRAC = 0.5
 ON_CPU_HIGH_FRAC = 0.7
 MAIN_PROCESS_FRAC = 0.5
 IDLE_WORKERS_FRAC = 0.5  # workers inside fetches less than half the phase
+IDLE_WORKERS_MARK = "workers busy"  # _idle_workers' evidence line, as its readers find it
 SUPPLY_MARGIN = 2.0  # ... able to supply at least twice what the model consumes
 
 
@@ -139,11 +140,17 @@ def _idle_workers(lf: LoaderFigures, cap: Capacity | None,
             or supply < SUPPLY_MARGIN * consume:
         return None
     return InputCause("main-process", [
-        f"{lf.workers} workers busy {fmt_pct(busy)} of the phase and able to supply "
+        f"{lf.workers} {IDLE_WORKERS_MARK} {fmt_pct(busy)} of the phase and able to supply "
         f"{supply:,.0f} img/s against {consume:,.0f} consumed, yet the loop waited: the wait is "
         "in the training process (receiving each batch from a worker, its own loop overhead, "
         "or waiting to be scheduled)",
         _cores_line(cap)])
+
+
+def receiving_was_the_wait(evidence: list[str] | None) -> bool:
+    """A ``main-process`` cause decided by ``_idle_workers`` (workers idle, the training
+    process slow to take their batches), not by the collate and pin-memory it did itself."""
+    return any(IDLE_WORKERS_MARK in line for line in evidence or [])
 
 
 def decide_idle_processes_cause(lf: LoaderFigures, cap: Capacity | None,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from stepscope.analysis import budget, epoch_one, thaw
+from stepscope.analysis.causes import receiving_was_the_wait
 from stepscope.analysis.contracts_summary import (
     EpochRow,
     MemorySection,
@@ -92,8 +93,8 @@ def _cause_words(s: Summary, cause: str, agg: PhaseAgg | None = None) -> str:
     if cause == "workers":
         return vocab(framework_of(s)).workers_cause
     if cause == "main-process" and agg is not None \
-            and "workers busy" in " ".join(agg.get("input_evidence") or []):
-        return IDLE_WORKERS_WORDS  # causes._idle_workers: not the collate, the receiving
+            and receiving_was_the_wait(agg.get("input_evidence")):
+        return IDLE_WORKERS_WORDS
     return _CAUSE_WORDS.get(cause, cause)
 
 

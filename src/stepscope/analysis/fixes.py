@@ -8,6 +8,7 @@ model's prediction with the figures it rests on, never a fixed rule. Without sta
 
 from __future__ import annotations
 
+from stepscope.analysis.causes import receiving_was_the_wait
 from stepscope.analysis.contracts_summary import LoaderRow, PhaseAgg, PredictionRow
 from stepscope.analysis.fmt import fmt_ratio
 from stepscope.analysis.vocab import PYTORCH, TABLE, Vocab
@@ -51,8 +52,7 @@ def keras_stage_fix(agg: PhaseAgg) -> tuple[str, str] | None:
     loader = agg.get("loader")
     if not loader:
         return None
-    ms = {k: v for k, v in (loader.get("stage_ms_per_image") or {}).items()
-          if k in KERAS_STAGE_REMEDY and v}
+    ms = _item_stage_ms(loader)
     if not ms:
         return None
     order = sorted(ms, key=ms.__getitem__, reverse=True)
@@ -109,7 +109,7 @@ def capacity_fix(agg: PhaseAgg, words: Vocab = TABLE[PYTORCH]) -> tuple[str, str
     if cause == "workers" and more is not None:
         return (f"{_workers_words(agg, int(more['workers']), words)} (from {loader['workers']}): the "
                 "job has spare cores and the loaders cannot keep up", _gain(more, sure))
-    if cause == "main-process" and "workers busy" in evidence:
+    if cause == "main-process" and receiving_was_the_wait(agg.get("input_evidence")):
         return ("not more workers (they are idle): the training process itself is slow to take "
                 "each batch; if other processes share its cores give it more CPU, otherwise "
                 "send fewer, larger tensors per batch", f"no capacity prediction; {sure}")
@@ -131,9 +131,14 @@ def capacity_fix(agg: PhaseAgg, words: Vocab = TABLE[PYTORCH]) -> tuple[str, str
     return None
 
 
+def _item_stage_ms(loader: LoaderRow) -> dict[str, float]:
+    """The per-item stages a loader timed (ms an image), those that took any time."""
+    return {k: v for k, v in (loader.get("stage_ms_per_image") or {}).items()
+            if k in ("read", "decode", "transform", "item") and v}
+
+
 def _costliest_stage(loader: LoaderRow) -> str | None:
-    ms = {k: v for k, v in (loader.get("stage_ms_per_image") or {}).items()
-          if k in ("read", "decode", "transform", "item") and v}
+    ms = _item_stage_ms(loader)
     return max(ms, key=ms.__getitem__) if ms else None
 
 
