@@ -180,6 +180,32 @@ def test_tf_data_python_that_holds_the_gil_is_not_told_parallel_calls_alone() ->
         assert f["expected_gain"].startswith("workers 1 → 2")
 
 
+def test_a_serial_map_is_named_and_a_cpu_only_gain_is_bounded_by_idle_cores() -> None:
+    """A tf.data map tf.data runs one call at a time (watch: loader.serial_map) is what the fix
+    names. With no GPU the model computes on the loading cores: the gain is bounded by the
+    job's idle CPU, said as a bound; on a GPU, or with the job's CPU
+    unmeasured, the bound and its words are gone."""
+    def finding(device: str, busy: float | None) -> Any:
+        summary: Any = {"run": {"device": device},
+                        "loader": {"framework": "keras", "kind": "tf.data", "workers": 1,
+                                   "parallel_calls": 2, "prefetch": True, "cache": False,
+                                   "serial_map": "draws random numbers (augmentation)"}}
+        return input_finding(_agg(workers=1, data_wait_frac=0.37, job_cpu_pct=busy), cores=2,
+                             summary=summary)
+
+    f = finding("cpu", 83.0)
+    assert ("give the map that draws random numbers (augmentation) "
+            "num_parallel_calls=tf.data.AUTOTUNE") in f["fix"]
+    assert "map(..., num_parallel_calls=tf.data.AUTOTUNE) (now" not in f["fix"]
+    assert f["expected_gain"].startswith("workers 1 → 2: data wait 37 % → ≥ 24 %, at most "
+                                         "1.20× faster")
+    assert "the job used 83 % of its cores, with the model on them too" in f["expected_gain"]
+    for device, busy in (("cuda:0", 83.0), ("cpu", None), ("cpu", 40.0)):
+        f = finding(device, busy)
+        assert "at most" not in f["expected_gain"].split("(")[0], (device, busy)
+        assert "of its cores" not in f["expected_gain"]
+
+
 def test_eager_train_step_finding_rests_on_watchs_count() -> None:
     agg = _agg(verdict="compute-bound", data_wait_frac=0.02)
     s: Any = {"loader": {"tf_eager_train_steps": 48}}

@@ -199,3 +199,46 @@ def test_a_tf_data_validation_that_augments_is_told_to_map_training_alone() -> N
     assert keras_cpu_fix({"kind": "tf.data", "augments": True}, "val").startswith(
         "validation is augmented too (its input draws random transforms): map the augmentation "
         "over the training dataset alone")
+
+
+def test_augmentation_mapped_before_the_cache_is_told_it_ran_once() -> None:
+    """Random ops in a map before the tf.data pipeline's .cache() (watch:
+    loader.augments_cached): later epochs replay epoch 1's augmented images. The answer sets the
+    epoch that ran the maps against those that read the cache where their paces were measured,
+    says "would" without them, and is gone without the fact (or with it false)."""
+    from stepscope.analysis.keras_loader import augments_cached_answer
+
+    rows = [{"epoch": e, "phase": "train", "images_per_s": r}
+            for e, r in ((1, 410.0), (2, 2950.0), (3, 3120.0))]
+    s: Any = {"loader": {"framework": "keras", "kind": "tf.data", "cache": True,
+                         "augments": True, "augments_cached": True}, "phases": rows}
+    got = augments_cached_answer(s)
+    assert got is not None and got[0] == "The augmentation was cached"
+    assert ("so epochs 2–3 trained on epoch 1's augmented images again, the same random flips "
+            "and turns (epoch 1, which ran the maps, trained at 410 img/s; epochs 2–3, which "
+            "read the cache, at 2,950–3,120 img/s)") in got[1]
+    assert "watch read random ops in the graphs of the maps upstream of the cache" in got[1]
+    s["phases"] = rows[:1]
+    got = augments_cached_answer(s)
+    assert got is not None and "would train on its augmented images again" in got[1]
+    assert "img/s" not in got[1]
+    s["loader"]["framework"] = "tensorflow"  # a hand-written loop over the pipeline
+    got = augments_cached_answer(s)
+    assert got is not None and "The tf.data pipeline the loop iterated draws" in got[1]
+    s["loader"]["augments_cached"] = False
+    assert augments_cached_answer(s) is None
+    del s["loader"]["augments_cached"]
+    assert augments_cached_answer(s) is None
+
+
+def test_a_frozen_trunk_fed_cached_augmentation_is_told_its_features_repeat() -> None:
+    """Augmentation before the input's .cache(): after epoch 1 the frozen trunk sees the same
+    images every epoch, so its features can be computed once (or the augmentation moved after
+    the cache); without the fact, the advice for an augmenting input stays."""
+    said = "so after epoch 1 the frozen trunk sees the same images every epoch"
+    assert said in keras_compute_fix(None, False, True, True, augments_cached=True)
+    assert said not in keras_compute_fix(None, False, True, True)
+    assert said not in keras_compute_fix(None, False, False, True, augments_cached=True)
+    # the model's own random layers augment every step whatever the input caches
+    assert said not in keras_compute_fix(None, False, True, True, augment_layers=["RandomFlip"],
+                                         augments_cached=True)

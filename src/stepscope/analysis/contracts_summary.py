@@ -131,6 +131,7 @@ class _PhaseCore(StepSplitFields):
     cpu_util_pct: float | None
     cpu_util_max_pct: float | None
     steal_pct: float | None  # a VM's CPU time the hypervisor gave other guests (None: not one)
+    job_cpu_pct: float | None  # the process tree's CPU, % of the job's cores
     main_cpu_pct: float | None
     workers: int
     worker_cpu_pct: list[float]
@@ -171,6 +172,7 @@ class _PhaseAggCore(StepSplitFields):
     input_evidence: list[str]
     cpu_util_pct: float | None
     gpu_util_pct: float | None
+    job_cpu_pct: float | None  # the process tree's CPU, % of the job's cores (the deciding phase)
     loader_cpu_ms_per_image: float | None
     workers: int
     decode_ms_per_image: float | None
@@ -329,6 +331,10 @@ InputFacts = TypedDict("InputFacts", {
     "kind": str | None, "class": str | None, "workers": int | None,
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
     "cache": bool | None, "augments": bool | None,
+    # tf.data: a map before the .cache() draws random numbers (the cache replays epoch 1's)
+    "augments_cached": bool | None,
+    # tf.data: what a map run one call at a time does to images (its batches' narrowest stage)
+    "serial_map": str | None,
     # tf.data: a map decodes image files (its ops); one image's bytes as the pipeline yields it
     "decodes": bool | None, "image_bytes": int | None,
     # the process's Python ops (tf.data): share of probe samples that found the GIL held
@@ -349,8 +355,8 @@ LoaderFacts = TypedDict("LoaderFacts", {
     "kind": str | None, "class": str | None, "workers": int | None,
     "multiprocessing": bool | None, "parallel_calls": int | None, "prefetch": int | bool | None,
     "cache": bool | None, "augments": bool | None, "python_gil_held_frac": float | None,
-    "decodes": bool | None, "image_bytes": int | None,
-    "distribute_strategy": str | None, "distribute_replicas": int | None,
+    "augments_cached": bool | None, "serial_map": str | None, "decodes": bool | None,
+    "image_bytes": int | None, "distribute_strategy": str | None, "distribute_replicas": int | None,
     "val": InputFacts | None,
     # the GIL probe's share held while validation ran (python_gil_held_frac is training's)
     "val_python_gil_held_frac": float | None,

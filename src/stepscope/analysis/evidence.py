@@ -98,6 +98,7 @@ CLAIMS: dict[str, tuple[Need, ...]] = {
     # behind Model.fit's validation_data (its rotation_range, zoom_range, flips, ...), or random
     # ops in the map functions of its tf.data pipeline.
     "val_augmented": (Need("loader.val.augments", equals=True),),
+    "augments_cached": (Need("loader.augments_cached", equals=True),),
     # "ran under tf.distribute MirroredStrategy": watch read the Keras model's strategy.
     "tf_distribute": (Need("loader.distribute_strategy"),),
 }

@@ -36,7 +36,12 @@ from stepscope.analysis.fmt import (
     fmt_s,
     ms_of,
 )
-from stepscope.analysis.keras_loader import stages_answer, val_augmented_answer, workers_answer
+from stepscope.analysis.keras_loader import (
+    augments_cached_answer,
+    stages_answer,
+    val_augmented_answer,
+    workers_answer,
+)
 from stepscope.analysis.keras_spe import callbacks_named
 from stepscope.analysis.train_val import train_vs_val
 from stepscope.analysis.verdicts import stayed_resident
@@ -526,9 +531,9 @@ def what_to_do(s: Summary) -> tuple[str, str] | None:
 
 _ANSWERS: tuple[Callable[[Summary], tuple[str, str] | None], ...] = (
     headline, epoch_one.answer, epoch_one.slower_answer, thaw.answer, train_vs_val,
-    stages_answer, val_augmented_answer, workers_answer, cold_vs_warm, budget.answer,
-    cpu_pattern, gpu_pattern, memory_answer, val_inference, ram_inference, vram_inference,
-    what_to_do,
+    stages_answer, val_augmented_answer, augments_cached_answer, workers_answer, cold_vs_warm,
+    budget.answer, cpu_pattern, gpu_pattern, memory_answer, val_inference, ram_inference,
+    vram_inference, what_to_do,
 )
 
 

@@ -134,7 +134,7 @@ def capacity_fix(agg: PhaseAgg, words: Vocab = TABLE[PYTORCH]) -> tuple[str, str
 def _item_stage_ms(loader: LoaderRow) -> dict[str, float]:
     """The per-item stages a loader timed (ms an image), those that took any time."""
     return {k: v for k, v in (loader.get("stage_ms_per_image") or {}).items()
-            if k in ("read", "decode", "transform", "item") and v}
+            if k in STAGE_WORDS and v}
 
 
 def _costliest_stage(loader: LoaderRow) -> str | None:

@@ -7,7 +7,9 @@ random transform (``get_random_transform`` + ``apply_transform``) and in ``stand
 figures and one answer. With ``use_multiprocessing=True`` each pool process's time inside
 ``__getitem__`` is the phase's ``loader.worker_busy_s`` (one figure per worker process); with
 threads (``use_multiprocessing=False``, ``workers>1``) one per thread, with its CPU time beside
-it (``loader.worker_cpu_s``): ``workers_answer`` says how busy each was. Pure: no I/O.
+it (``loader.worker_cpu_s``): ``workers_answer`` says how busy each was. Two answers read the
+input's own structure instead: validation through an augmenting input (``val_augmented_answer``)
+and random augmentation before a tf.data ``.cache()`` (``augments_cached_answer``). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -90,6 +92,40 @@ def val_augmented_answer(s: Summary) -> tuple[str, str] | None:
             f"{what}, so every validation image was warped at random, as the training ones "
             "are: the validation loss and accuracy were measured on augmented images and "
             f"change from epoch to epoch for the same weights{cost}. {fix}")
+
+
+def augments_cached_answer(s: Summary) -> tuple[str, str] | None:
+    """Random augmentation mapped before a ``tf.data`` ``.cache()``: the cache keeps what the
+    first full pass made, so every later epoch replays epoch 1's augmented images (the order
+    of the Keras transfer-learning guide's ``map(augment)`` ... ``.cache()``). With two or more
+    training epochs, their paces beside it: epoch 1 ran the maps, the later ones read the
+    cache."""
+    if not holds(s, "augments_cached"):
+        return None
+    rows = [p for p in s.get("phases") or [] if p["phase"] == "train" and p.get("images_per_s")]
+    first, later = (rows[0], rows[1:]) if rows else (None, [])
+    if first is not None and later:
+        rates = sorted(float(p["images_per_s"] or 0.0) for p in later)
+        span = f"{rates[0]:,.0f}" if len(rates) == 1 else f"{rates[0]:,.0f}–{rates[-1]:,.0f}"
+        epochs = (f"epoch {later[0]['epoch']}" if len(later) == 1 else
+                  f"epochs {later[0]['epoch']}–{later[-1]['epoch']}")
+        what = (f"so {epochs} trained on epoch {first['epoch']}'s augmented images again, the "
+                f"same random flips and turns (epoch {first['epoch']}, which ran the maps, "
+                f"trained at {float(first['images_per_s'] or 0.0):,.0f} img/s; {epochs}, which "
+                f"read the cache, at {span} img/s)")
+    else:
+        what = "so every epoch after the first would train on its augmented images again"
+    loader = s.get("loader") or {}
+    given = "given to fit" if loader.get("framework") in ("keras", "tf.keras") \
+        else "the loop iterated"
+    return ("The augmentation was cached",
+            f"The tf.data pipeline {given} draws random numbers in a map before its "
+            ".cache() (watch read random ops in the graphs of the maps upstream of the cache): "
+            f"the cache keeps what the first pass made, {what}. The augmentation ran once, not "
+            "once an epoch. Cache the decoded, resized images and map the augmentation after "
+            "the cache (....cache().map(augment, num_parallel_calls=tf.data.AUTOTUNE)"
+            ".prefetch(tf.data.AUTOTUNE)), or put the random layers inside the model; each "
+            "epoch then pays for its augmentation.")
 
 
 def workers_answer(s: Summary) -> tuple[str, str] | None:

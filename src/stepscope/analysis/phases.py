@@ -427,7 +427,7 @@ def summarize_phase(ph: PhaseRecord, totals: PhaseTotals, ctx: PhaseContext) -> 
         "disk_read_rate_bytes_per_s": disk / seconds if disk is not None and seconds else None,
         "dataset_resident_frac_start": ph.resident_frac_start,
         "dataset_resident_frac_end": ph.resident_frac_end,
-        "cpu_util_pct": ev.host_cpu_pct, "steal_pct": steal,
+        "cpu_util_pct": ev.host_cpu_pct, "steal_pct": steal, "job_cpu_pct": ev.job_cpu_pct,
         "cpu_util_max_pct": ctx.cache.peak("host", "cpu_util_pct").max(t0, t1),
         "main_cpu_pct": ev.main_cpu_pct, "workers": ev.workers,
         "worker_cpu_pct": ev.worker_cpu_pct, "loader_cpu_ms_per_image": loader_ms,

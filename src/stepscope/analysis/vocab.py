@@ -210,6 +210,11 @@ def _tf_data_missing(loader: LoaderFacts, phase: str, cores: int) -> list[tuple[
                     "move the map's Python (numpy_function/py_function), which holds the GIL, "
                     "into TensorFlow ops (tf.image, tf.io.decode_*, tf.math), which tf.data runs "
                     f"side by side{more}"))
+    elif (serial := loader.get("serial_map")) and cores > 1:
+        out.append((f"a map that {serial} with no num_parallel_calls, run one call at a time",
+                    f"give the map that {serial} num_parallel_calls=tf.data.AUTOTUNE (tf.data "
+                    "runs a map with a stateful op, as Keras's random layers and "
+                    "numpy_function are, one call at a time unless told)"))
     elif calls < cores:
         out.append((f"too few parallel calls (now {calls})",
                     f"map(..., num_parallel_calls=tf.data.AUTOTUNE) (now {calls})"))
@@ -459,15 +464,24 @@ def keras_bf16_pays(native: bool | None, backend: str | None, device: str | None
 
 def keras_compute_fix(bf16_capable: bool | None, tried_bf16: bool, frozen: bool | None,
                       augments: bool | None, frozen_until: str = "",
-                      augment_layers: list[str] | tuple[str, ...] = ()) -> str:
+                      augment_layers: list[str] | tuple[str, ...] = (),
+                      augments_cached: bool = False) -> str:
     """What is left for a compute-bound Keras run; ``frozen_until``: the epochs a frozen trunk's
     advice is for, where a later fit trained it (" (epochs 1–2: …)"); ``augment_layers``: the
-    model's own random layers, which make every epoch's images new to the trunk."""
+    model's own random layers, which make every epoch's images new to the trunk;
+    ``augments_cached``: the input's augmentation runs before its ``.cache()``, so after
+    epoch 1 the trunk sees the same images every epoch."""
     parts = []
     if bf16_capable and not tried_bf16:
         parts.append(TABLE[KERAS].bf16 + " (the CPU has native bf16)")
     parts.append("a larger batch")
-    if frozen and augments is False:
+    if frozen and augments_cached and not augment_layers:
+        parts.append("the input's augmentation runs before its .cache() (watch: random ops "
+                     "upstream of it), so after epoch 1 the frozen trunk sees the same images "
+                     "every epoch: precompute its features once with base.predict and train "
+                     "the head on them, or map the augmentation after the cache so that it "
+                     "sees new ones" + frozen_until)
+    elif frozen and augments is False:
         parts.append("precompute the frozen trunk's features once with base.predict and train "
                      "the head on them" + frozen_until)
     elif frozen and augment_layers:

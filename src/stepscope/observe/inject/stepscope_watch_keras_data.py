@@ -12,8 +12,10 @@ thread), arrays → none (slicing an array is not loading). Standard library onl
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,18 +46,97 @@ def _map_ops(ds: Any) -> set[str]:
     """The op types in a ``tf.data`` pipeline's map functions (their graphs, and the functions
     they call): ``*Random*`` ops (``tf.image.random_*``, Keras's random layers) are augmentation,
     ``DECODE_OPS`` decode image files. A ``py_function``/``numpy_function`` body is opaque. Each
-    map's graph is serialised: read once per input, not per ``classify``."""
+    map's graph is serialised once (``_func_ops``)."""
     found: set[str] = set()
     for d in _chain(ds):
-        if (func := getattr(d, "_map_func", None)) is not None:
-            try:
-                graph = func.function.graph
-                found |= {op.type for op in graph.get_operations()}
-                for fn in graph.as_graph_def().library.function:
-                    found |= {n.op for n in fn.node_def}
-            except Exception:  # another TensorFlow: not read
-                pass
+        found |= _func_ops(d)
     return found
+
+
+def _func_ops(d: Any) -> frozenset[str]:
+    """The op types of one dataset's map function and the functions it calls; empty for a
+    dataset that maps nothing, or another TensorFlow. Kept on the dataset: its graph is
+    serialised once, however often it is asked (``describe_input`` reads a map three ways, and
+    a hand-written loop classifies each iterator it makes)."""
+    known: frozenset[str] | None = getattr(d, "_stepscope_ops", None)
+    if known is None:
+        known = _read_func_ops(d)
+        with contextlib.suppress(Exception):  # one that takes no attribute: read again
+            d._stepscope_ops = known
+    return known
+
+
+def _read_func_ops(d: Any) -> frozenset[str]:
+    func = getattr(d, "_map_func", None)
+    if func is None:
+        return frozenset()
+    try:
+        graph = func.function.graph
+        found = {op.type for op in graph.get_operations()}
+        for fn in graph.as_graph_def().library.function:
+            found |= {n.op for n in fn.node_def}
+        return frozenset(found)
+    except Exception:  # another TensorFlow: not read
+        return frozenset()
+
+
+def _draws_random(ops: AbstractSet[str]) -> bool:
+    """A random op among ``ops`` (``tf.image.random_*``, Keras's random layers): augmentation."""
+    return any("Random" in t for t in ops)
+
+
+# What makes a map the costly stage of an image pipeline, by its op types, in the words the
+# advice uses. A map of a cast or a rescale costs next to nothing: run one call at a time, it
+# is not what the pipeline waits for, so only these mark a serial map as the narrowest stage.
+IMAGE_WORK = (("Random", "draws random numbers (augmentation)"), ("Decode", "decodes images"),
+              ("Resize", "resizes images"), ("ImageProjectiveTransform", "warps images"),
+              ("CropAndResize", "crops and resizes images"), ("Adjust", "adjusts colours"),
+              ("PyFunc", "runs Python (py_function/numpy_function)"))
+
+
+def _image_work(ops: AbstractSet[str]) -> str | None:
+    """What a map's ops do to images (``IMAGE_WORK``'s words), None for light work."""
+    return next((words for mark, words in IMAGE_WORK if any(mark in t for t in ops)), None)
+
+
+CALL_OPS = frozenset({"StatefulPartitionedCall", "PartitionedCall"})  # their bodies are read
+
+
+def _serial_map(d: Any) -> tuple[str | None, bool]:
+    """(what a map given no ``num_parallel_calls`` does to images, None for light work;
+    whether it runs one call at a time). tf.data's default rewrite (``map_parallelization``)
+    runs a stateless map's calls side by side (a serial resize map used 1.86 of 2 cores, as
+    fast as at AUTOTUNE), not one with a stateful op (Keras's random layers read and write their
+    seed's variable, ``tf.image.random_*`` draw from a stateful generator, a ``numpy_function``
+    is stateful: serially 1.13 cores, 1.55x as fast at AUTOTUNE; probes of 2026-12-06,
+    docs/keras.md), nor any map where the options turn the rewrite off."""
+    ops = _func_ops(d)
+    work = _image_work(ops)
+    if work is None:
+        return None, False
+    try:
+        from tensorflow.python.framework import op_def_registry
+
+        stateful = any(od.is_stateful for t in ops - CALL_OPS
+                       if (od := op_def_registry.get(t)) is not None)
+        rewrite = d.options().experimental_optimization.map_parallelization is not False
+    except Exception:  # another TensorFlow: read as written, one call at a time
+        return work, True
+    return work, stateful or not rewrite
+
+
+def _augments_cached(ds: Any) -> bool | None:
+    """Whether a map before the pipeline's last ``.cache()`` draws random numbers: the cache
+    keeps what the first full pass made, so every later epoch replays epoch 1's augmented
+    images. False where every map before it was read and none draws one; None where one runs
+    Python (its body cannot be read) or there is no cache."""
+    cache = next((d for d in _chain(ds) if "Cache" in type(d).__name__), None)
+    if cache is None:
+        return None
+    ops = _map_ops(getattr(cache, "_input_dataset", None))
+    if _draws_random(ops):
+        return True
+    return None if ops & OPAQUE_OPS else False
 
 
 def _image_bytes(ds: Any) -> int | None:
@@ -93,8 +174,13 @@ def _chain(ds: Any) -> Iterator[Any]:
 
 # free-form: the loader.* facts this module writes and the user's fit() keyword arguments
 def _tf_pipeline(ds: Any) -> dict[str, Any]:
-    """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache."""
-    parallel, prefetch, cache, held = 1, False, False, None
+    """Walk a ``tf.data`` pipeline's Python objects: widest map, prefetch, cache, and a map
+    that does image work (``IMAGE_WORK``) one call at a time (``_serial_map``), the last such
+    before the model. That map makes the pipeline's batches one at a time however
+    wide the maps before it are (``image_dataset_from_directory``'s decode runs at AUTOTUNE, the
+    Keras transfer-learning guide's augmentation map after it runs serially), so the loading
+    workers are 1 there."""
+    parallel, prefetch, cache, held, serial = 1, False, False, None, None
     for d in _chain(ds):
         name = type(d).__name__
         calls = getattr(d, "_num_parallel_calls", None)
@@ -104,13 +190,20 @@ def _tf_pipeline(ds: Any) -> dict[str, Any]:
             except (TypeError, ValueError):
                 n = 1
             parallel = max(parallel, _cores() if n < 0 else n)
+        elif getattr(d, "_map_func", None) is not None:
+            work, one_at_a_time = _serial_map(d)
+            if work is not None and not one_at_a_time:  # tf.data runs it at AUTOTUNE
+                parallel = max(parallel, _cores())
+            elif work is not None and serial is None:
+                serial = work
         prefetch = prefetch or "Prefetch" in name
         if "Cache" in name and not cache:
             cache, held = True, _in_memory_bytes(d)
     # where the cache is in memory and its shapes are known: what one image takes there
     sized = {} if held is None else {"cache_bytes_per_image": held}
-    return {"kind": "tf.data", "workers": parallel, "parallel_calls": parallel,
-            "prefetch": prefetch, "cache": cache, **sized}
+    serially = {} if serial is None else {"serial_map": serial}
+    return {"kind": "tf.data", "workers": 1 if serial else parallel, "parallel_calls": parallel,
+            "prefetch": prefetch, "cache": cache, **sized, **serially}
 
 
 def _in_memory_bytes(cache: Any) -> int | None:
@@ -257,12 +350,14 @@ def describe_input(x: Any, call: dict[str, Any], rec: Recorder, framework: str,
         # body): read here, once a phase kind, as the hand-written loop classifies every iterator
         if out.get("kind") == "tf.data":
             ops = _map_ops(x)
-            if any("Random" in t for t in ops):
+            if _draws_random(ops):
                 out = {**out, "augments": True}
             elif ops and not ops & OPAQUE_OPS:
                 out = {**out, "augments": False}  # every map read, none draws a random number
             if ops & DECODE_OPS:
                 out = {**out, "decodes": True, "image_bytes": _image_bytes(x)}
+            if out.get("cache") and (frozen := _augments_cached(x)) is not None:
+                out = {**out, "augments_cached": frozen}
         how = how or f"watch: the {phase} input of {framework} Model.fit/evaluate"
         how += f" ({type(x).__name__})"
         prefix = "loader." if phase == "train" else "loader.val_"
