@@ -5,11 +5,16 @@ Keras/TensorFlow instrumentation left out, rotating the order every round so hos
 all arms alike. The parts are left out in a temporary copy of ``src/`` (switches read from the
 ``ABL`` environment variable are patched into the copy; the product has no such switch):
 
-- ``end``: each step's graph-end clock (``_ends_clocked`` returns the step function as is);
+- ``end``: each step's graph-end clock (``_ends_clocked`` returns the step function as is, and
+  ``clock_function_ends``, the fallback that clocks any traced function that fetched, is not
+  installed: until 2026-12-06 it was, so an ``end`` arm before then still clocked the end);
 - ``fetch``: the fetch clock on ``tf.data`` iterators (``clock_fetches`` not installed);
 - ``calls``: the graph-call timer (``time_graph_calls`` not installed);
 - ``keras``: every Keras hook (the ``keras`` import hook returns at once): what is left is the
-  watching parent, the injected ``sitecustomize`` and the framework-neutral hooks;
+  watching parent, the injected ``sitecustomize`` and the framework-neutral hooks, among them
+  the ``tensorflow`` import hook's process clock for hand-written loops, which clocks Keras's
+  fetches and (``clock_function_ends``) its train function's end too: this arm keeps both graph
+  clocks (``keras,end,fetch`` takes them out as well);
 - ``pool``: PyDataset worker timing; ``gil``: the loop thread's GIL clocks;
 - ``record``: the loop's step windows (``KerasSteps.batch_begin`` returns at once: no step is
   closed, settled or sent; the phases still are);
@@ -62,6 +67,8 @@ run as if independent (±2 SE: what one long run would claim), and over the runs
 mean; a Student-t 95 % interval from how far the runs' means lie apart, k-1 degrees of freedom:
 the host's state between runs counted as the noise it is). Beside it the control against the
 first bare run, the same two ways: how far two bare runs read apart, the null.
+And each round's fast epochs (its ``fast epochs`` figure), rounds pooled (±2 SE): a round
+slowed whole leaves that figure, where it drags its best epoch.
 """
 
 from __future__ import annotations
@@ -91,6 +98,12 @@ PATCHES = [
      "        clock_fetches(tf, clock, now)\n",
      '        import os\n        if "fetch" not in os.environ.get("ABL", ""):\n'
      "            clock_fetches(tf, clock, now)\n"),
+    # the fallback that clocks the end of any traced function that fetched (a hand-written
+    # loop's, and Keras's train function where _ends_clocked did not): ``end`` takes it out too
+    (INJECT / "stepscope_watch_keras_clock.py",
+     "        clock_function_ends(tf, func_graph, clock)\n",
+     '        if "end" not in os.environ.get("ABL", ""):\n'
+     "            clock_function_ends(tf, func_graph, clock)\n"),
     (INJECT / "stepscope_watch_keras_backends.py",
      "    time_graph_calls(steps)\n    _time_epoch_end(steps)\n    # Each step",
      '    import os\n    if "calls" not in os.environ.get("ABL", ""):\n'
@@ -385,6 +398,15 @@ def pool(logs: list[Path]) -> None:
               + _fmt(f"over {len(means)} runs (t 95 %)", by_runs))
         result[f"{name}, rounds pooled"] = [round(x, 4) for x in by_rounds]
         result[f"{name}, over runs"] = [round(x, 4) for x in by_runs]
+    # each round's fast epochs' median against both bare runs' (rounds with fast epochs in
+    # every run): a round slowed whole leaves it, where it drags the best-epoch figure
+    fast_rounds = [math.log(x) for run in runs
+                   for x in run.get("watch / bare runs, fast epochs, rounds", [])]
+    if len(fast_rounds) >= 2:
+        by_rounds = _rounds(fast_rounds)
+        print(_fmt(f"watch / bare runs, fast epochs, {len(fast_rounds)} rounds pooled (±2 SE)",
+                   by_rounds))
+        result["watch / bare runs, fast epochs, rounds pooled"] = [round(x, 4) for x in by_rounds]
     if len(fast_means) >= 2:
         fast_runs = _runs(fast_means)
         print(_fmt(f"watch / bare runs, pooled fast epochs, over {len(fast_means)} runs (t 95 %)",

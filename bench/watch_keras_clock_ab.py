@@ -7,7 +7,8 @@ the overhead bench's), each with its train function traced under a different par
 Keras hooks:
 
 - ``bare``: traced before any hook is installed;
-- ``fetch``: traced with the fetch clock (ops around each ``get_next``, ``GraphClock.clocked``);
+- ``fetch``: traced with the fetch clock alone (ops around each ``get_next``,
+  ``GraphClock.clocked``; no step end: before 2026-12-06 the fallback end clock was in);
 - ``fetch+end``: traced with the fetch clock and the step-end clock (``GraphClock.ended``), as
   ``stepscope watch`` traces it.
 
@@ -114,10 +115,15 @@ def main() -> None:
                iterator_ops.OwnedIterator.get_next_as_optional)
     with_end = trainer.TensorFlowTrainer._autoconvert_optionals
 
-    # fetch only: the step-end wrapper is taken out while this copy traces
+    # fetch only: the step-end wrapper is taken out while this copy traces, and so is the
+    # fallback that clocks the end of any traced function that fetched and whose end nobody
+    # clocked (``clock_function_ends``): until 2026-12-06 it clocked this copy's end too
+    clock = steps.graph_clock
     trainer.TensorFlowTrainer._autoconvert_optionals = _unwrapped(with_end)
+    clock.ended = lambda outputs: None  # the instance's, over the class's method
     copies["fetch"] = model()
     epoch(copies["fetch"])
+    del clock.ended
     trainer.TensorFlowTrainer._autoconvert_optionals = with_end
     copies["fetch+end"] = model()
     epoch(copies["fetch+end"])

@@ -47,6 +47,25 @@ def test_rounds_and_runs_pooled(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert out["control / bare, rounds pooled"][0] == pytest.approx(1.0)
 
 
+def test_fast_epoch_rounds_are_pooled_across_runs(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each run's per-round fast-epoch figures (a round slowed whole is not among them) are
+    # pooled as rounds; a run without them (an older log) adds none.
+    a = _log(tmp_path / "a.log", [98.0, 50.0], [100.0, 100.0], [100.0, 100.0],
+             **{"watch / bare runs, fast epochs, rounds": [0.99, 0.98]})
+    b = _log(tmp_path / "b.log", [99.0, 99.0], [100.0, 100.0], [100.0, 100.0],
+             **{"watch / bare runs, fast epochs, rounds": [1.0, 0.99]})
+    c = _log(tmp_path / "c.log", [99.0, 99.0], [100.0, 100.0], [100.0, 100.0])
+    monkeypatch.setattr("sys.argv", ["ablation", "--pool", str(a), str(b), str(c)])
+    ablation.main()
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    mean, lo, hi = out["watch / bare runs, fast epochs, rounds pooled"]
+    logs = [math.log(x) for x in (0.99, 0.98, 1.0, 0.99)]
+    assert mean == pytest.approx(math.exp(sum(logs) / 4), abs=1e-4)
+    assert lo < mean < hi and out["watch / bare runs, rounds pooled"][0] < 0.95
+
+
 def test_runs_of_different_settings_are_refused(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     a = _log(tmp_path / "a.log", [98.0, 97.0], [100.0, 100.0], [100.0, 99.0])
