@@ -14,6 +14,7 @@ from typing import Any
 
 from stepscope.store.db import RunWriter
 from stepscope.store.records import PhaseRecord, ProcessInfo, RunInfo, Sample, StepRecord
+from tests.conftest import LANE2_WAIT_S
 
 T0 = 1_000.0
 MAIN_PID = 100
@@ -142,7 +143,7 @@ def make_run(run_dir: Path, run: RunSpec, name: str = "test") -> Path:
     for key, value in run.facts.items():
         w.fact(key, value, f"test fact {key}")
     end_holder[0] = t
-    w.close(run.status, run.exit_code)
+    w.close(run.status, run.exit_code, timeout_s=LANE2_WAIT_S)  # readers assert on every row
     return run_dir
 
 

@@ -7,8 +7,22 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import settings
 
 from stepscope.train.synth import synth_dataset
+
+# No property test asserts time, and the light and untimed modules run at the lowest priority
+# beside timed ones (scripts/run-tests): Hypothesis's default 200 ms deadline an example fails a
+# right answer whenever the scheduler parks one.
+settings.register_profile("stepscope", deadline=None)
+settings.load_profile("stepscope")
+
+# How long a test in that lane waits on work that returns as soon as it is done (the store's
+# writer thread draining a flush or close, a CLI's start, a server's first answer): a hang guard,
+# not a bound. Starved behind the timed lane the work can wait tens of seconds for a core, and a
+# flush or close given up on returns silently with rows unwritten (the daemon writer's), which
+# exact counts read straight after then miss.
+LANE2_WAIT_S = 300.0
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import statistics
 from pathlib import Path
 
 import pytest
@@ -171,7 +172,9 @@ def test_a_run_with_the_cache_matches_one_without(synth80: Path, tmp_path: Path)
     val2 = phases[(2, "val")]
     assert val2.steps == phases[(1, "val")].steps and val2.images == phases[(1, "val")].images
     steps = reader.steps(val2.phase_id)
-    assert sum(s.transfer_s for s in steps) < 0.01
+    # cached features are already on the device: a step's copy is ~50 us. The median, not the
+    # sum: one step the low-priority lane's scheduler parks mid-copy is not a copy
+    assert statistics.median(s.transfer_s for s in steps) < 0.001
     used = reader.facts()["featcache.used"].value
     assert {"epoch": 2, "phase": "val", "how": "cached", "images": val2.images} in used["uses"]
     assert any(n.source == "featcache" for n in reader.notes())
