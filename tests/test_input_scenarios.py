@@ -160,7 +160,10 @@ def test_one_pathological_slow_step_does_not_flip_the_verdict(mode: str, tmp_pat
     s = record("slow_step", mode, tmp_path / "run")
     p = phase(s, 1)
     assert p["verdict"] == "compute-bound", p
-    assert p["outlier_steps"] == 1 and "outlier" in (p["verdict_note"] or "")
+    # The planted 3 s stall is left out. A step the host stalls past 10x the median (~0.25 s
+    # of a 25 ms sleep) is an outlier too, rightly: count at least the planted one, not exactly.
+    assert p["outlier_steps"] >= 1 and p["outlier_s"] >= 3.0, p
+    assert "outlier" in (p["verdict_note"] or "")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -203,7 +206,10 @@ def test_worker_start_up_each_epoch_then_persistent_workers(mode: str, tmp_path:
     # read as "non-persistent workers started again" while watch did not record persistence.
     assert [p["loader"]["persistent_workers"] for p in kept["phases"]] == [True] * 4
     assert not any("non-persistent" in " ".join(p["input_evidence"]) for p in kept["phases"])
-    assert phase(kept, 2)["seconds"] < 0.7 * e2["seconds"]
+    # Kept workers save the planted 1.5 s start-up (planted_input.py's init_sleep_s), whatever
+    # the steps cost: bounded by half of it, not as a ratio (< 0.7x), which also scaled the
+    # ~2 s of steps both runs share, so a host that ran them ~1.8x slower failed a right answer.
+    assert phase(kept, 2)["seconds"] < e2["seconds"] - 0.5 * 1.5
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -32,8 +32,10 @@ def test_nested_stages_are_exclusive(board_dir: Path) -> None:
             time.sleep(0.05)
     b = _mine(board_dir)
     assert 0.045 <= b.stage_s["decode"] < 0.2
-    # The transform's own time excludes the decode nested inside it.
-    assert 0.015 <= b.stage_s["transform"] < 0.045
+    # The transform's own time excludes the decode nested inside it. Counted in, it would be
+    # at least 0.02 + 0.05 s (sleeps never end early); excluded, it is its own 0.02 s sleep,
+    # which a loaded host can overrun by tens of ms (a late wake-up), so the bound is 0.07.
+    assert 0.015 <= b.stage_s["transform"] < 0.07
     assert b.stage_calls["decode"] == 1 and b.stage_calls["transform"] == 1
 
 
@@ -183,8 +185,11 @@ def test_no_folder_no_thread_rows() -> None:
     assert ws.read_threads() == before
 
 
+HOOKED_CALLS = 3  # each loader script runs its hooked pipeline so many times (its argv[2])
+
 PIL_LOADER = """
 import io, sys, time
+CALLS = int(sys.argv[2])
 import numpy as np
 from PIL import Image
 from stepscope.observe import stages
@@ -195,19 +200,21 @@ buf = io.BytesIO()
 rng = np.random.default_rng(0)
 Image.fromarray(rng.integers(0, 255, (1024, 1024, 3), dtype=np.uint8)).save(buf, "JPEG")
 data = buf.getvalue()
-t0 = time.thread_time()
-Image.open(io.BytesIO(data)).convert("RGB")
-decode = time.thread_time() - t0
-big = Image.open(io.BytesIO(data)).convert("RGB")
-t0 = time.thread_time()
-big.resize((64, 64), Image.Resampling.LANCZOS)
-resize = time.thread_time() - t0
+big = Image.open(io.BytesIO(data)).convert("RGB")  # the first open imports PIL's plugins: not decode
+decode = resize = float("inf")
+for _ in range(3):  # the least of three: one timing on a loaded host reads a scheduler's pause
+    t0 = time.thread_time()
+    Image.open(io.BytesIO(data)).convert("RGB")
+    decode = min(decode, time.thread_time() - t0)
+    t0 = time.thread_time()
+    big.resize((64, 64), Image.Resampling.LANCZOS)
+    resize = min(resize, time.thread_time() - t0)
 import PIL.ImageFile
 for name, install in hooks.library_hooks().items():
     if name in sys.modules:
         install(sys.modules[name])
-# as torchvision's pil_loader and a dataset's own resize write it
-img = Image.open(io.BytesIO(data)).convert("RGB").resize((64, 64), Image.Resampling.LANCZOS)
+for _ in range(CALLS):  # as torchvision's pil_loader and a dataset's own resize write it
+    img = Image.open(io.BytesIO(data)).convert("RGB").resize((64, 64), Image.Resampling.LANCZOS)
 print(decode, resize)
 """
 
@@ -219,18 +226,20 @@ def test_pil_decode_and_resize_are_their_stages(tmp_path: Path) -> None:
     import subprocess
 
     src = str(Path(__file__).resolve().parents[1] / "src")
-    out = subprocess.run([sys.executable, "-c", PIL_LOADER, str(tmp_path)], check=True,
+    out = subprocess.run([sys.executable, "-c", PIL_LOADER, str(tmp_path), str(HOOKED_CALLS)],
+                         check=True,
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": src}).stdout
     decode, resize = map(float, out.split())
     (board,) = stages.read_boards(tmp_path).values()
-    assert board.stage_calls["transform"] == 1  # open (a buffer: parsing) and load count decode
-    assert board.stage_s["decode"] >= 0.6 * decode, (board.stage_s, decode)
-    assert board.stage_s["transform"] >= 0.6 * resize, (board.stage_s, resize)
+    assert board.stage_calls["transform"] == HOOKED_CALLS  # open and load count decode
+    assert board.stage_s["decode"] / HOOKED_CALLS >= 0.6 * decode, (board.stage_s, decode)
+    assert board.stage_s["transform"] / HOOKED_CALLS >= 0.6 * resize, (board.stage_s, resize)
 
 
 CV2_LOADER = """
 import sys, time
+CALLS = int(sys.argv[2])
 import cv2
 import numpy as np
 from stepscope.observe import stages
@@ -241,14 +250,15 @@ rng = np.random.default_rng(0)
 ok, jpeg = cv2.imencode(".jpg", rng.integers(0, 255, (1024, 1024, 3), dtype=np.uint8))
 buf = np.frombuffer(jpeg.tobytes(), np.uint8)
 big = cv2.imdecode(buf, cv2.IMREAD_COLOR)
-t0 = time.thread_time()
-for _ in range(5):
+warp = float("inf")
+for _ in range(5):  # the least of five: one timing on a loaded host reads a scheduler's pause
+    t0 = time.thread_time()
     cv2.warpAffine(big, np.float32([[0.9, 0.1, 3], [-0.1, 0.9, 5]]), (512, 512))
-warp = (time.thread_time() - t0) / 5
+    warp = min(warp, time.thread_time() - t0)
 hooks.install_cv2(cv2)
-# a dataset's __getitem__ as an OpenCV pipeline writes it (Albumentations calls the same)
-img = cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
-img = cv2.warpAffine(img, np.float32([[0.9, 0.1, 3], [-0.1, 0.9, 5]]), (512, 512))
+for _ in range(CALLS):  # a dataset's __getitem__ as an OpenCV pipeline (and Albumentations) writes it
+    img = cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    img = cv2.warpAffine(img, np.float32([[0.9, 0.1, 3], [-0.1, 0.9, 5]]), (512, 512))
 print(warp)
 """
 
@@ -259,10 +269,13 @@ def test_opencv_transforms_are_the_transform_stage(tmp_path: Path) -> None:
     import subprocess
 
     src = str(Path(__file__).resolve().parents[1] / "src")
-    out = subprocess.run([sys.executable, "-c", CV2_LOADER, str(tmp_path)], check=True,
+    out = subprocess.run([sys.executable, "-c", CV2_LOADER, str(tmp_path), str(HOOKED_CALLS)],
+                         check=True,
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": src}).stdout
     warp = float(out)
     (board,) = stages.read_boards(tmp_path).values()
-    assert board.stage_calls["decode"] == 1 and board.stage_calls["transform"] == 2
-    assert board.stage_s["transform"] >= 0.6 * warp, (board.stage_s, warp)
+    # each call: cvtColor and warpAffine are transforms
+    assert board.stage_calls["decode"] == HOOKED_CALLS
+    assert board.stage_calls["transform"] == 2 * HOOKED_CALLS
+    assert board.stage_s["transform"] / HOOKED_CALLS >= 0.6 * warp, (board.stage_s, warp)

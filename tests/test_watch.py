@@ -167,8 +167,12 @@ def test_sigint_is_forwarded_and_nothing_is_left_running(tmp_path: Path) -> None
 
     def interrupt_soon(pid: int) -> None:
         def fire() -> None:
-            deadline = time.monotonic() + 10
-            while not pid_file.exists() and time.monotonic() < deadline:
+            # Until the pid is written, not the file made (open() creates it before write()),
+            # and up to 60 s: a starved host can take seconds to start the watched interpreter,
+            # and a SIGINT sent before the grandchild exists leaves no pid to check.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (
+                    pid_file.exists() and pid_file.read_text().strip()):
                 time.sleep(0.05)
             os.kill(os.getpid(), signal.SIGINT)
 

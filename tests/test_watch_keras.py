@@ -124,8 +124,10 @@ def _assert_input_bound(summary: dict[str, Any], steps: int) -> None:
 
 
 def _gain_x(finding: dict[str, Any]) -> float:
-    """The speed-up a finding's expected gain names ("… ~2.0× faster …")."""
-    return float(finding["expected_gain"].split(" faster")[0].rsplit("~", 1)[1].rstrip("×"))
+    """The speed-up a finding's expected gain names ("… ~2.0× faster …", or a bound, "… at
+    most 1.92× faster …")."""
+    head = finding["expected_gain"].split(" faster")[0]
+    return float(head.rsplit("~" if "~" in head else "at most ", 1)[1].rstrip("×"))
 
 
 def _assert_compute_bound(summary: dict[str, Any], steps: int) -> None:
@@ -213,17 +215,25 @@ def test_a_second_fit_after_compile_warms_up_again(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_tf_data_cache_leaves_only_epoch_one_input_bound(tmp_path: Path) -> None:
     """The tf.data guide's ``.cache()`` after the map: epoch 1 runs the planted 150 ms a batch
-    and fills the cache, epochs 2 and 3 read the cached batches before a tiny model. Epoch 1 is
-    input-bound and the later ones are not; the explanation says only epoch 1 waited, names the
-    cache watch read, and the fix's gain is said to be epoch 1's."""
-    s = _run(tmp_path, "tensorflow", "tfdata", str(INPUT_MS), "dense", "--steps", "16",
+    and fills the cache, epochs 2 and 3 read the cached batches before a small convolutional
+    net. Epoch 1 is input-bound and the later ones are not; the explanation says only epoch 1
+    waited, names the cache watch read, and the fix's gain is said to be epoch 1's."""
+    # conv, not dense: the cache's read is a fixed fraction of a millisecond, which a ~3 ms dense
+    # step on a loaded host made ~15 % of the step (CI read 0.1501), 5 points from the 20 % that
+    # makes a phase input-bound; against a ~15 ms conv step it is a few % (tf.data into conv
+    # read 2-6 %, docs/keras.md), and epoch 1 still waits 150 ms a batch against it
+    s = _run(tmp_path, "tensorflow", "tfdata", str(INPUT_MS), "conv", "--steps", "16",
              "--epochs", "3", "--cache")
     train = _train(s)
     assert [p["epoch"] for p in train] == [1, 2, 3]
     assert train[0]["verdict"] == "input-bound" and train[0]["input_cause"] == "workers"
     assert train[0]["data_wait_frac"] >= INPUT_WAIT_MIN, train[0]
     for p in train[1:]:
-        assert p["verdict"] != "input-bound" and p["data_wait_frac"] <= COMPUTE_WAIT_MAX, p
+        # The planted cost is gone from the cached epochs: what wait is left is the cache's read,
+        # whose share follows the model's step; its milliseconds are what the plant decides (a
+        # tenth of the planted 150 ms bounds them)
+        assert p["verdict"] != "input-bound", p
+        assert p["data_wait_ms_per_step"] <= INPUT_MS / 10, p
     assert s["loader"]["cache"] is True
     assert "Why only epoch 1 waited for data" in s["_printed"]
     assert "The tf.data pipeline caches (.cache()" in s["_printed"]
@@ -239,8 +249,13 @@ def test_pydataset_worker_processes_busy_time(tmp_path: Path) -> None:
     Each worker process's time inside ``__getitem__`` comes back as the phase's worker rows.
     (At 150 ms, two workers deliver a batch every 75 ms, and on a loaded 2-core machine the
     tiny model's TensorFlow step took ~70 ms: the wait fell to ~20 %, the verdict's edge.)"""
+    # 24 steps, not 12: the pool starts at the epoch's begin and queues up to 10 batches while
+    # epoch 1 traces its step (longer on a slow host), which can hold all of a 12-step epoch's
+    # steady steps ready (compute-bound, rightly, for them); and epoch 2's pool start and stop
+    # (~0.85 s) are fixed costs in the phase against each worker's busy time: 6 x 0.3 s of
+    # ~2.9 s at 12 steps (~0.6, near the 0.5 below; a 7/5 split of the batches would read ~0.5)
     s = _run(tmp_path, "tensorflow", "pydataset", str(2 * INPUT_MS), "dense", "--workers", "2",
-             "--mp", "--steps", "12")
+             "--mp", "--steps", "24")
     assert s["loader"]["workers"] == 2 and s["loader"]["multiprocessing"] is True
     train = _train(s)
     assert [p["epoch"] for p in train] == [1, 2]

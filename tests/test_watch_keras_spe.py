@@ -36,10 +36,14 @@ def test_a_model_smaller_than_its_loop_is_overhead_bound_and_the_advice_pays(
     s = _run(tmp_path / "first", *_args(STEPS))
     train = s["by_phase"]["train"]
     assert train["verdict"] == "overhead-bound", train
-    # the graph's own work is ~0.1 ms of ~1 ms; the loop thread's time off its CPU outside the
-    # graph stays compute (0.3 of the step on a quiet host)
-    assert train["compute_frac"] < 0.5 and train["other_frac"] >= 0.4, train
-    assert s["loader"]["train_calls"]["other_is_loop"] is True
+    # The plant: the graph's own work is ~0.1 ms of ~1 ms, the rest the loop's Python (other,
+    # its CPU time). The loop thread's time off its CPU outside the graph stays compute, and
+    # that follows the host's load, not the plant (0.3 of the step on a quiet host; the watched
+    # baselines of bench/keras_spe_gain.py read other 35-51 %, docs/keras.md, where this said
+    # other >= 40 % and compute < 50 %): so the loop's own time is held against the graph's work
+    calls = s["loader"]["train_calls"]
+    assert calls["other_is_loop"] is True
+    assert train["other_ms_per_step"] > 1000 * calls["work_median_s"], (train, calls)
     printed = " ".join(s["_printed"].split())
     assert "the step outside TensorFlow's graph, timed by watch" in printed
     advice = next(f for f in s["findings"] if f["id"] == "overhead_bound_train")

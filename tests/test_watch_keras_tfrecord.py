@@ -44,9 +44,20 @@ def test_a_map_that_decodes_every_epoch_is_told_to_cache_and_the_cache_pays(
     train = s["by_phase"]["train"]
     assert train["verdict"] == "input-bound", train
     # the map already runs a call on each of the job's cores (AUTOTUNE): the decode's CPU is the
-    # limit, which phases whose sampled CPU read 70-94 % had called `workers` by turns
-    assert all(p["input_cause"] == "cpu" for p in s["phases"]), [
-        (p["epoch"], p["input_cause"], p["input_evidence"]) for p in s["phases"]]
+    # limit, which phases whose sampled CPU read 70-94 % had called `workers` by turns. This
+    # runtime now and then runs a whole epoch at ~half pace on half the CPU, unwatched too
+    # (`verbose=2`, 4 bare runs of 4 epochs, 2026-12-06: 19-20 ms a step or 30-33, 4 of the 12
+    # epochs after the first slow; watched, the job at 50-57 % of its cores, compute 9 -> 21 ms
+    # a step). It is tf.data's autotuner: with every parallelism and buffer fixed it stays, with
+    # the autotuner off it is gone (docs/keras.md). A core idle is not the plant's state (the
+    # decode on busy cores): such a phase is left out of the cause's check, by the job's CPU in
+    # it, not by its pace against the run's best (a rehearsal's run whose fastest epoch was a
+    # slow one kept the slow ones: 'cores to spare', and failed).
+    busy = [p for p in s["phases"] if (p["job_cpu_pct"] or 0.0) >= 200 / 3]
+    assert busy and all(p["input_cause"] == "cpu" for p in busy), [
+        (p["epoch"], p["job_cpu_pct"], p["input_cause"], p["input_evidence"]) for p in s["phases"]]
+    # and in any phase, the reads came from memory: never storage
+    assert all(p["input_cause"] in ("cpu", "workers") for p in s["phases"]), s["phases"]
     advice = next(f for f in s["findings"] if f["id"] == "input_bound_train")
     assert ".cache() right after the decode map" in advice["fix"], advice
     assert "before any random op" in advice["fix"], advice

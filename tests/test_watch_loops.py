@@ -146,7 +146,10 @@ def test_lightning_mid_epoch_validation_keeps_the_epoch(tmp_path: Path) -> None:
         inside = sum(s.wall_s for s in reader.steps() if rows[s.phase_id]["phase"] == "val"
                      and p["started"] < rows[s.phase_id]["started"] < p["ended"])
         assert inside > 0.15  # 4 steps of 40 ms each at least
-        assert walls <= p["seconds"] <= walls + 0.5 * inside, (p["seconds"], walls, inside)
+        # Counting the validation would add its whole window, at least `inside`. What else lies
+        # between the steps is Lightning's own hook and loop code, CPU work a loaded host
+        # stretches while `inside` (planted sleeps) stays put: half of `inside` left it ~0.1 s.
+        assert walls <= p["seconds"] < walls + inside, (p["seconds"], walls, inside)
     kinds = {p.phase_id: p.phase for p in reader.phases()}
     for kind, wait in (("train", 0.16), ("val", 0.0)):
         steady = [s for s in reader.steps() if not s.warmup and kinds[s.phase_id] == kind]
@@ -304,8 +307,10 @@ def test_the_time_before_the_loop_is_split_at_the_framework_import(tmp_path: Pat
     assert found, got[1]
     before, after = float(found[1]), float(found[2])
     # after it, beside the planted sleep, the script's own set-up: its first torch.optim.SGD()
-    # takes ~1.7 s here (torch imports its compiler stack on first use)
-    assert 1.0 <= before < 1.0 + 20 and 1.5 <= after < 1.5 + 6, got[1]
+    # takes ~1.7 s here (torch imports its compiler stack on first use). That is import work, as
+    # much of `before` is, and a loaded host stretches it as much: the same 20 s of room each
+    # side (6 s after was ~3.5x this machine's); where the split lies is the lower bounds' claim.
+    assert 1.0 <= before < 1.0 + 20 and 1.5 <= after < 1.5 + 20, got[1]
 
 
 @pytest.mark.slow
