@@ -30,11 +30,19 @@ def test_validation_through_the_augmenting_generator_is_told(
     assert s["loader"]["kind"] == "ImageDataGenerator" and s["loader"]["augments"] is True
     assert s["loader"]["val"]["augments"] is (not plain_val)
     printed = " ".join(s["_printed"].split())
-    val_transform = [p["loader_stages"]["ms_per_image"]["transform"] for p in s["phases"]
-                     if p["phase"] == "val" and p.get("loader_stages")]
+    transform = {(p["phase"], p["epoch"]): p["loader_stages"]["ms_per_image"]["transform"]
+                 for p in s["phases"] if p.get("loader_stages")}
+    val_transform = [ms for (phase, _), ms in sorted(transform.items()) if phase == "val"]
     if plain_val:
         assert "Validation was augmented" not in printed
-        assert val_transform and max(val_transform) < 0.05  # ms: no random transform to run
+        # no random transform to run: the plain generator's transform calls return the image
+        # as it is (~0.03 ms an image idle, 0.05 under CI's load), where the same epoch's
+        # training warps it (~0.4 ms); held against that warp, timed in the same run, so a
+        # loaded host slows both sides alike
+        assert val_transform
+        for (phase, epoch), ms in transform.items():
+            if phase == "val":
+                assert ms < transform[("train", epoch)] / 4, (epoch, transform)
         assert "Right for this run" not in printed  # it reads and decodes JPEG files
     else:
         assert "Validation was augmented" in printed
