@@ -24,7 +24,8 @@ from stepscope.observe.inject import stepscope_watch_stages as wstages
 
 def _fork_while_held(lock: Callable[[], threading.Lock], use: Callable[[], object]) -> int:
     """Hold ``lock()`` on a thread, fork, and in the child call ``use()``: the child's exit
-    status (0: done; -1: still blocked after 10 s, killed)."""
+    status (0: done; -1: still blocked after 60 s, killed: a guard against the hang
+    it tests for, which a passing child leaves at once)."""
     held, release = threading.Event(), threading.Event()
 
     def holder() -> None:
@@ -43,7 +44,7 @@ def _fork_while_held(lock: Callable[[], threading.Lock], use: Callable[[], objec
             os._exit(0)
     release.set()
     t.join()
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + 60.0
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:

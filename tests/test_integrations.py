@@ -30,21 +30,24 @@ def _run_example(script: str, out: Path, *args: str, env: dict[str, str] | None 
     return dict(json.loads((out / "summary.json").read_text()))
 
 
-def _step_wait_fracs(run_dir: Path, phase_id: int) -> list[float]:
+def _step_waits(run_dir: Path, phase_id: int) -> list[float]:
     from stepscope.store.db import RunReader
 
     with RunReader(run_dir) as reader:
-        return [s.data_wait_s / s.wall_s for s in reader.steps(phase_id) if s.wall_s > 0]
+        return [s.data_wait_s for s in reader.steps(phase_id)]
 
 
 def _check_input_bound(summary: dict, *, epochs: int, steps: int, images: int, kind: str,
-                       run_dir: Path) -> None:
-    """Planted loading (sleeps) against a tiny model: input-bound, the wait measured as such.
+                       run_dir: Path, planted_wait_s: float) -> None:
+    """Planted loading (sleeps, ``planted_wait_s`` a batch) against a tiny model: input-bound,
+    the wait measured as such.
 
-    The planted wait is ~95 % of every step. The phase's share is a sum over few steps, and on
-    CI's shared 2 cores one stall of the training thread (seconds without a core, truly not a
-    wait for data) pulled a phase of 8 steps to 64 %: the phase must be mostly wait, and its
-    median step must show the planted share."""
+    The planted wait is ~95 % of every step, but a share also carries the rest of the step,
+    which a loaded host stretches (on CI's shared 2 cores one stall of the training thread,
+    seconds without a core, pulled a phase of 8 steps to 64 %). A sleep never ends early: the
+    median step waited for most of the planted sleep, whatever the load (all of it where the
+    loop loads inline; less the step where a thread prefetches, as Keras's adapters do), where
+    loading counted as compute would leave it none."""
     assert summary["run"]["kind"] == kind
     assert summary["run"]["status"] == "completed"
     phases = summary["phases"]
@@ -54,10 +57,9 @@ def _check_input_bound(summary: dict, *, epochs: int, steps: int, images: int, k
     assert len({p["epoch"] for p in train}) == epochs
     for p in train:
         assert p["steps"] == steps and p["images"] == images
-        fracs = _step_wait_fracs(run_dir, p["phase_id"])
-        assert p["verdict"] == "input-bound", (p, fracs)
-        assert p["data_wait_frac"] > 0.5, (p, fracs)
-        assert sorted(fracs)[len(fracs) // 2] > 0.8, (p, fracs)
+        waits = sorted(_step_waits(run_dir, p["phase_id"]))
+        assert p["verdict"] == "input-bound", (p, waits)
+        assert waits[len(waits) // 2] >= 0.6 * planted_wait_s, (p, waits)
         parts = p["data_wait_frac"] + p["transfer_frac"] + p["compute_frac"] + p["other_frac"]
         assert parts == pytest.approx(1.0, abs=0.02)
     # Each val phase follows its epoch's train phase, in the same epoch.
@@ -70,7 +72,7 @@ def test_lightning_callback(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     summary = _run_example("lightning_callback.py", tmp_path / "run", "--epochs", "2")
     _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:lightning",
-                       run_dir=tmp_path / "run")
+                       run_dir=tmp_path / "run", planted_wait_s=8 * 0.020)
     # the advice speaks Lightning's arguments (its precision, checkpoints, logging)
     assert summary["loader"]["framework"] == "lightning"
 
@@ -80,7 +82,7 @@ def test_hf_callback(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     summary = _run_example("hf_callback.py", tmp_path / "run", "--epochs", "2")
     _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:hf",
-                       run_dir=tmp_path / "run")
+                       run_dir=tmp_path / "run", planted_wait_s=8 * 0.020)
     # the Trainer builds its DataLoaders from TrainingArguments: the fix names those
     fix = next(f["fix"] for f in summary["findings"] if f["id"] == "input_bound_train")
     assert "TrainingArguments(dataloader_num_workers=" in fix and "DataLoader(" not in fix, fix
@@ -94,7 +96,7 @@ def test_hf_checkpoints_are_writes_not_data_wait(tmp_path: Path) -> None:
     summary = _run_example("hf_callback.py", tmp_path / "run", "--epochs", "2",
                            "--save-steps", "10")
     _check_input_bound(summary, epochs=2, steps=20, images=160, kind="callback:hf",
-                       run_dir=tmp_path / "run")
+                       run_dir=tmp_path / "run", planted_wait_s=8 * 0.020)
     assert summary["checkpoints"]["writes"] == 4, summary["checkpoints"]
     assert summary["checkpoints"]["total_s"] > 0
 
@@ -120,7 +122,7 @@ def test_keras_callback_input_bound(backend: str, tmp_path: Path) -> None:
                            "64", "--load-ms", "100",
                            env=_env(KERAS_BACKEND=backend, OMP_NUM_THREADS="1"))
     _check_input_bound(summary, epochs=2, steps=8, images=64, kind="callback:keras",
-                       run_dir=tmp_path / "run")
+                       run_dir=tmp_path / "run", planted_wait_s=8 * 0.100)
 
 
 @pytest.mark.slow
@@ -131,7 +133,7 @@ def test_tf_keras_callback_input_bound(tmp_path: Path) -> None:
     summary = _run_example("keras_callback.py", tmp_path / "run", "--epochs", "2", "--images",
                            "64", "--load-ms", "100", env=_env(TF_USE_LEGACY_KERAS="1"))
     _check_input_bound(summary, epochs=2, steps=8, images=64, kind="callback:keras",
-                       run_dir=tmp_path / "run")
+                       run_dir=tmp_path / "run", planted_wait_s=8 * 0.100)
 
 
 @pytest.mark.slow
@@ -146,8 +148,9 @@ def test_keras_callback_compute_bound_on_tensorflow(tmp_path: Path) -> None:
     assert len(train) == 2
     for p in train:
         assert p["steps"] == 8 and p["images"] == 64
+        # compute-bound holds every other part under the line; a share past that (0.8 was
+        # asserted) was one stall between a phase's 5 steady batches away from failing
         assert p["verdict"] == "compute-bound", p
-        assert p["compute_frac"] > 0.8, p
 
 
 _BLOCKED = """

@@ -158,7 +158,9 @@ def test_report_renders_in_chromium(small_run: tuple[Path, Timeline, dict[str, A
     shot = tmp_path / "report.png"
     t0 = time.perf_counter()
     console = _render_in_chromium(small_run[0] / "report.html", shot, tmp_path / "profile")
-    assert time.perf_counter() - t0 < 60
+    # a hang guard beside the run's own 120 s timeout: a fresh container's first Chromium
+    # builds its font cache, under the suite's load
+    assert time.perf_counter() - t0 < 120
     assert console == []
     rgb = np.asarray(Image.open(shot).convert("RGB"), dtype=np.int32)
     non_white = float((rgb.sum(axis=2) < 720).mean())

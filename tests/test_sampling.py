@@ -124,15 +124,18 @@ def test_full_sample_cost_with_three_processes_and_500_files(tmp_path: Path) -> 
         writer = _writer(tmp_path)
         thread = SamplerThread(samplers, writer)
         thread.sample_once()  # first sample reads USS of every process
-        t0 = time.thread_time()
-        for _ in range(10):
-            thread.sample_once()
-        per_sample_ms = (time.thread_time() - t0) * 100
+        blocks = []  # the least of 3 blocks of 10: a busy host's cache misses and SMT sibling
+        for _ in range(3):  # inflate a block's CPU time, never shrink it
+            t0 = time.thread_time()
+            for _ in range(10):
+                thread.sample_once()
+            blocks.append((time.thread_time() - t0) * 100)
+        per_sample_ms = min(blocks)
         writer.close()
     finally:
         for k in kids:
             k.kill()
             k.wait()
-    print(f"per-sample CPU: {per_sample_ms:.2f} ms; by sampler (11 samples, s): "
+    print(f"per-sample CPU: {per_sample_ms:.2f} ms; by sampler (31 samples, s): "
           + ", ".join(f"{k}={v * 1000:.1f}ms" for k, v in thread.cost_s.items()))
     assert per_sample_ms < 20  # < 10 ms measured; doubled for a busy shared machine

@@ -148,7 +148,9 @@ def test_script_without_framework_gets_samples_and_note(tmp_path: Path) -> None:
     r = RunReader(run)
     assert r.steps() == [] and r.phases() == []
     t, cpu = r.series("cpu_util_pct", source="tree")
-    assert len(t) >= 5 and max(cpu) > 20
+    # ~1 s of the script at 0.1 s: ~10 samples idle; a loaded sampler skips the ticks it
+    # overran, so a series of a few is what the plant decides
+    assert len(t) >= 3 and max(cpu) > 20
     assert r.series("rchar_bytes", source="tree")[1][-1] > 256 * 1024
     assert any(n.text.startswith(NO_STEPS_NOTE) for n in r.notes())
     assert [p.role for p in r.processes()] == ["main"]

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from stepscope.analysis.verdicts import BOUND_FRAC
 from stepscope.analysis.vocab import PYTORCH_ONLY_WORDS
 
 PY = sys.executable
@@ -32,7 +33,10 @@ GIL_MS = 80.0  # --cpu-clock: a fixed amount of Python work a batch, holding the
 # Planted: 150 ms of loading against a few ms of compute. Even on a busy 2-core machine, where
 # the GIL and other processes stretch the step, the wait stays far above the 20 % threshold.
 INPUT_WAIT_MIN = 0.6
-COMPUTE_WAIT_MAX = 0.15
+# Instant batches: the wait left is the fetch's own cost (a few %, a PyDataset's up to ~11 %),
+# which a loaded host stretches as it stretches the step; held under the line the verdict
+# is drawn at, where a right answer lies
+COMPUTE_WAIT_MAX = BOUND_FRAC
 
 
 def _run(tmp_path: Path, *args: str) -> dict[str, Any]:
@@ -205,7 +209,11 @@ def test_a_second_fit_after_compile_warms_up_again(tmp_path: Path) -> None:
     train = _train(s)
     assert [p["epoch"] for p in train] == [1, 2, 3, 4]
     assert [p["warmup_steps"] for p in train] == [3, 0, 3, 0]
-    assert train[2]["step_ms_per_step"] <= 3 * train[3]["step_ms_per_step"], train
+    # the new trace is among the warm-up steps, not the steady ones: leaked into them it would
+    # add its time over the 13 steady steps to their mean (~38 ms against ~5 ms steps); a
+    # quarter of that bounds how far two tiny epochs' means read apart on a loaded host
+    lead_ms = train[2]["step_ms_per_step"] - train[3]["step_ms_per_step"]
+    assert lead_ms <= 0.25 * 1000 * train[2]["warmup_s"] / train[2]["steady_steps"], train
     params = s["model"]["params"]  # both fits train every parameter: [first epoch, trainable]
     assert s["model"]["trainable_by_fit"] == [[1, params], [3, params]]
     ledger = {i["item"] for i in s["memory"]["ledger"]}  # the second compile, measured apart

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from stepscope.analysis.verdicts import BOUND_FRAC
+from stepscope.analysis.vocab import PYTHON_GIL_HELD_FRAC as GIL_LINE
 from stepscope.analysis.vocab import PYTORCH_ONLY_WORDS
 from tests.test_watch_keras import CONTENDED_HOST_FRAC, _others_share
 
@@ -32,7 +34,10 @@ PY = sys.executable
 SRC = Path(__file__).resolve().parents[1] / "src"
 SCRIPT = Path(__file__).parent / "watch_scripts" / "tf_loop.py"
 INPUT_WAIT_MIN = 0.6
-COMPUTE_WAIT_MAX = 0.15
+# Instant batches: the wait left is the fetch's own cost (a few %, a PyDataset's up to ~11 %),
+# which a loaded host stretches as it stretches the step; held under the line the verdict
+# is drawn at, where a right answer lies
+COMPUTE_WAIT_MAX = BOUND_FRAC
 
 
 def _watch(tmp_path: Path, *args: str) -> dict[str, Any]:
@@ -135,8 +140,11 @@ def test_python_that_holds_the_gil_is_not_advised_parallel_calls(tmp_path: Path,
     parallel calls ran the first 1.00x as fast and the second 1.95x (docs/keras.md): watch's
     probe tells them apart, and only the second is advised parallel calls."""
     s = _watch(tmp_path, "80", "dense", plant, "--epochs", "1", *(["--eager"] if eager else []))
+    # each side of the line the advice turns on: the held plant reads ~0.5 eager (~0.9 traced),
+    # from ~30 samples an epoch (±0.09 by sampling alone); the GIL-free one ~0, 0.26 once under
+    # a rehearsal's load: the right answer either way
     frac = s["loader"]["python_gil_held_frac"]
-    assert frac is not None and (frac >= 0.4 if held else frac <= 0.1), frac
+    assert frac is not None and (frac >= GIL_LINE) is held, frac
     f = next(f for f in s["findings"] if f["id"] == "input_bound_train")
     if held:
         assert "which holds the GIL" in f["fix"] and "map(..., num_parallel_calls" not in f["fix"]
@@ -158,8 +166,8 @@ def test_training_and_validation_maps_get_their_own_gil_answer(tmp_path: Path) -
     s = _watch(tmp_path, "80", "dense", "--cpu-clock", "--val-gil-free", "--val", "12",
                "--epochs", "1")
     loader = s["loader"]
-    assert loader["python_gil_held_frac"] >= 0.4, loader
-    assert loader["val_python_gil_held_frac"] <= 0.1, loader
+    assert loader["python_gil_held_frac"] >= GIL_LINE, loader
+    assert loader["val_python_gil_held_frac"] < GIL_LINE, loader
     fixes = {f["id"]: f["fix"] for f in s["findings"]}
     assert "which holds the GIL" in fixes["input_bound_train"]
     assert "GIL" not in fixes["input_bound_val"]
