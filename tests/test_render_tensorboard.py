@@ -30,7 +30,6 @@ from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E4
 )
 
 pytestmark = pytest.mark.untimed  # asserts no time: make test runs it in the second lane
-HANG_S = LANE2_WAIT_S  # a CLI's start, TensorBoard's first answer, the store's writer
 
 
 def _extra_samples() -> list[Sample]:
@@ -111,7 +110,7 @@ def test_cli_report_writes_tensorboard(input_bound_run: Path, tmp_path: Path) ->
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     proc = subprocess.run([sys.executable, "-m", "stepscope", "report", str(input_bound_run),
                            "--tensorboard", str(tb)], capture_output=True, text=True, env=env,
-                          timeout=HANG_S)
+                          timeout=LANE2_WAIT_S)
     assert proc.returncode == 0, proc.stderr
     assert "tensorboard" in proc.stderr
     assert "step_train/data_wait_ms" in _load(tb).Tags()["scalars"]
@@ -147,7 +146,7 @@ def test_tensorboard_serves_the_scalars(input_bound_run: Path, tmp_path: Path) -
     try:
         data: object = None
         query = urllib.parse.urlencode({"run": "run1", "tag": "step_train/data_wait_ms"})
-        deadline = time.monotonic() + HANG_S
+        deadline = time.monotonic() + LANE2_WAIT_S
         while time.monotonic() < deadline:
             try:
                 data = _get_json(f"{base}/data/plugin/scalars/scalars?{query}")
@@ -176,7 +175,7 @@ def test_watch_writes_tensorboard_at_the_end(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "stepscope", "watch", "--out",
                            str(tmp_path / "run"), "--interval", "0.2", "--tensorboard", str(tb),
                            "--", sys.executable, str(script), str(script)],
-                          capture_output=True, text=True, env=env, timeout=HANG_S)
+                          capture_output=True, text=True, env=env, timeout=LANE2_WAIT_S)
     assert proc.returncode == 0, proc.stderr
     acc = _load(tb)
     assert "system/host_cpu_util_pct" in acc.Tags()["scalars"]
@@ -204,7 +203,7 @@ def test_live_follows_the_database_without_duplicates(tmp_path: Path) -> None:
                                   data_wait_s=0.15, transfer_s=0.0, compute_s=0.05, other_s=0.0,
                                   images=8))
             w.add_samples([Sample(t + (i - first) * 0.2, "host", "cpu_util_pct", 50.0)])
-        w.flush(timeout_s=HANG_S)  # the poll below reads what the flush committed
+        w.flush(timeout_s=LANE2_WAIT_S)  # the poll below reads what the flush committed
 
     add(0, 10, t0)  # samples in seconds 0 and 1 of the run
     live.poll(settle_s=0.0)
@@ -213,7 +212,7 @@ def test_live_follows_the_database_without_duplicates(tmp_path: Path) -> None:
     add(10, 15, t0 + 5.0)  # samples in seconds 5, 6 and 7 (taken "now", committed later)
     live.poll(settle_s=0.0)
     live.poll(settle_s=0.0)  # nothing new: nothing written twice
-    w.close("completed", timeout_s=HANG_S)
+    w.close("completed", timeout_s=LANE2_WAIT_S)
     done = finish_run(run, live=live)
     assert done.tensorboard == tb
     assert len(list(tb.glob("events.out.tfevents.*"))) == 1

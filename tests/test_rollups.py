@@ -19,9 +19,6 @@ from tests.conftest import LANE2_WAIT_S
 pytestmark = pytest.mark.untimed
 
 T0 = 1_700_000_000.0
-# a flush given up on would also let the next batch pile onto it: the raw-window counts assume
-# one flush's rows at a time
-WAIT_S = LANE2_WAIT_S
 
 
 def _steps(n: int, per_s: float, seed: int = 0) -> list[StepRecord]:
@@ -35,6 +32,8 @@ def _steps(n: int, per_s: float, seed: int = 0) -> list[StepRecord]:
 
 
 def _write(run: Path, steps: list[StepRecord], keep: int) -> None:
+    # each flush waited out (LANE2_WAIT_S): one given up on would let the next batch pile onto
+    # it, and the raw-window counts assume one flush's rows at a time
     w = RunWriter(run, RunInfo(name="r", command="x"), commit_every_s=0.01, rollup_every_s=0.0,
                   keep_raw_steps=keep)
     w.put_phase(PhaseRecord(0, 1, "train", T0))
@@ -42,8 +41,8 @@ def _write(run: Path, steps: list[StepRecord], keep: int) -> None:
     for s in steps:
         w.add_step(s)
         if s.step % 500 == 0:
-            w.flush(timeout_s=WAIT_S)
-    w.close(timeout_s=WAIT_S)
+            w.flush(timeout_s=LANE2_WAIT_S)
+    w.close(timeout_s=LANE2_WAIT_S)
 
 
 def test_totals_exact_and_raw_window_bounded(tmp_path: Path) -> None:
@@ -125,7 +124,7 @@ def test_resumed_run_after_compaction_counts_new_steps(tmp_path: Path) -> None:
     w = RunWriter(tmp_path, RunInfo(name="r", command="x"))
     w.put_phase(PhaseRecord(w.next_phase_id, 2, "train", T0 + 1000))
     w.add_step(StepRecord(w.next_phase_id, 0, T0 + 1000, 1.0, 0.5, 0.0, 0.5, 0.0, 8))
-    w.close(timeout_s=WAIT_S)
+    w.close(timeout_s=LANE2_WAIT_S)
     with RunReader(tmp_path) as r:
         assert r.aggregates.step_count() == 101
 
@@ -136,8 +135,8 @@ def test_old_samples_roll_up_and_keep_their_series(tmp_path: Path) -> None:
     for k in range(0, 3600, 100):  # one hour at 1 Hz, handed over in 100-s batches
         w.add_samples([Sample(T0 + t, "host", "cpu_util_pct", float(t % 100))
                        for t in range(k, k + 100)])
-        w.flush(timeout_s=WAIT_S)
-    w.close(timeout_s=WAIT_S)
+        w.flush(timeout_s=LANE2_WAIT_S)
+    w.close(timeout_s=LANE2_WAIT_S)
     with RunReader(tmp_path) as r:
         t, v = r.series("cpu_util_pct", "host")
         assert r.sample_count() == 3600
@@ -225,8 +224,8 @@ def test_steps_written_faster_than_they_happened_keep_the_raw_window(tmp_path: P
     for s in _steps(6000, per_s=20.0):
         w.add_step(s)
         if s.step % 500 == 0:
-            w.flush(timeout_s=WAIT_S)
-    w.flush(timeout_s=WAIT_S)
+            w.flush(timeout_s=LANE2_WAIT_S)
+    w.flush(timeout_s=LANE2_WAIT_S)
     with RunReader(tmp_path) as r:
         assert len(r.steps()) <= 1000 + 500 + 200  # the window, one flush, one slice
         assert sum(t.steps for t in r.aggregates.step_totals()) == 6000

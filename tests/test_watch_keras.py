@@ -11,6 +11,7 @@ would help.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -33,7 +34,8 @@ GIL_MS = 80.0  # --cpu-clock: a fixed amount of Python work a batch, holding the
 # Planted: 150 ms of loading against a few ms of compute. Even on a busy 2-core machine, where
 # the GIL and other processes stretch the step, the wait stays far above the 20 % threshold.
 INPUT_WAIT_MIN = 0.6
-# Instant batches: the wait left is the fetch's own cost (a few %, a PyDataset's up to ~11 %),
+# Instant batches: the wait left is the fetch's own cost (a few %, a PyDataset's up to ~11 %;
+# test_watch_tf_loop.py's loops too),
 # which a loaded host stretches as it stretches the step; held under the line the verdict
 # is drawn at, where a right answer lies
 COMPUTE_WAIT_MAX = BOUND_FRAC
@@ -91,6 +93,16 @@ def synth(out: Path, images: int) -> Path:
     env = dict(os.environ, PYTHONPATH=str(SRC))
     subprocess.run([PY, "-m", "stepscope", "data", "synth", str(out), "--images", str(images)],
                    env=env, check=True, capture_output=True, timeout=300)
+    return out
+
+
+def class_folders(made: Path, split: str, out: Path) -> Path:
+    """``made``'s ``SPLIT.csv`` images (``synth``'s layout) linked into one folder per class
+    under ``out``, as ``image_dataset_from_directory`` and ``flow_from_directory`` read them
+    (the same inode: one page cache); returns ``out``."""
+    for row in csv.DictReader((made / f"{split}.csv").open()):
+        (out / row["Class"]).mkdir(parents=True, exist_ok=True)
+        os.link(made / "images" / row["Photo"], out / row["Class"] / row["Photo"])
     return out
 
 
@@ -586,13 +598,9 @@ def test_keras_folder_pipeline_cold_then_warm_page_cache(tmp_path: Path) -> None
     from tests.conftest import evict_or_skip
 
     made, folders = synth(tmp_path / "synth", 320), tmp_path / "folders"
-    files: list[Path] = []
     for split in ("train", "valid"):
-        for line in (made / f"{split}.csv").read_text().splitlines()[1:]:
-            name, label = line.strip().split(",")
-            (folders / split / label).mkdir(parents=True, exist_ok=True)
-            files.append(folders / split / label / name)
-            os.link(made / "images" / name, files[-1])  # same inode: one page cache
+        class_folders(made, split, folders / split)
+    files = sorted(folders.rglob("*.jpg"))
     evict_or_skip(files)
     s = _run_script(tmp_path, FOLDER_SCRIPT, str(folders), "--epochs", "2")
     assert s["dataset"]["files"] == len(files)

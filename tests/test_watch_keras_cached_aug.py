@@ -5,7 +5,6 @@ pass's first batch is the first's), and watch must say so; with the cache first 
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 import subprocess
@@ -14,17 +13,9 @@ from pathlib import Path
 import pytest
 
 from stepscope.analysis.fmt import fmt_ratio
-from tests.test_watch_keras import PY, SCRIPT, SRC, _run_script
+from tests.test_watch_keras import PY, SCRIPT, SRC, _run_script, class_folders
 
 GUIDE = SCRIPT.parent / "keras_cached_aug.py"
-
-
-def _folder(synth400: Path, out: Path) -> Path:
-    """``synth400``'s training images as image_dataset_from_directory reads them."""
-    for row in csv.DictReader((synth400 / "train.csv").open()):
-        (out / row["Class"]).mkdir(parents=True, exist_ok=True)
-        os.link(synth400 / "images" / row["Photo"], out / row["Class"] / row["Photo"])
-    return out
 
 
 def _replayed(folder: Path, *flags: str) -> bool:
@@ -37,7 +28,7 @@ def _replayed(folder: Path, *flags: str) -> bool:
 @pytest.mark.slow
 def test_augmentation_before_the_cache_is_told_it_ran_once(synth400: Path,
                                                            tmp_path: Path) -> None:
-    folder = _folder(synth400, tmp_path / "train")
+    folder = class_folders(synth400, "train", tmp_path / "train")
     assert _replayed(folder)  # the plant: the guide's order replays epoch 1's images
     s = _run_script(tmp_path / "watch", GUIDE, str(folder))
     assert s["loader"]["kind"] == "tf.data" and s["loader"]["cache"] is True
@@ -49,7 +40,7 @@ def test_augmentation_before_the_cache_is_told_it_ran_once(synth400: Path,
 
 @pytest.mark.slow
 def test_augmentation_after_the_cache_is_not_told_so(synth400: Path, tmp_path: Path) -> None:
-    folder = _folder(synth400, tmp_path / "train")
+    folder = class_folders(synth400, "train", tmp_path / "train")
     assert not _replayed(folder, "--cache-first")  # the plant: each epoch augments anew
     s = _run_script(tmp_path / "watch", GUIDE, str(folder), "--cache-first")
     assert s["loader"]["cache"] is True and s["loader"]["augments"] is True
@@ -65,7 +56,7 @@ def test_a_serial_augmentation_map_is_named_and_its_gain_bounded_by_the_cores(
     parallelize itself). Without the cache it is the pipeline's narrowest stage every epoch: one
     loading worker, the fix names that map, and on this CPU-only job the gain promised is no
     more than its idle cores allow (the model computes on the same cores)."""
-    folder = _folder(synth400, tmp_path / "train")
+    folder = class_folders(synth400, "train", tmp_path / "train")
     s = _run_script(tmp_path / "serial", GUIDE, str(folder), "--no-cache", "--epochs", "4")
     loader = s["loader"]
     assert loader["serial_map"] == "draws random numbers (augmentation)"

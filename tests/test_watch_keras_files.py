@@ -5,22 +5,17 @@ its own process; real files, evicted first (the plant)."""
 
 from __future__ import annotations
 
-import csv
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import evict_or_skip
-from tests.test_watch_keras import SCRIPT, _run_script
+from tests.test_watch_keras import SCRIPT, _run_script, class_folders
 
 
 @pytest.mark.slow
 def test_a_cached_pipeline_keeps_the_files_in_the_process(synth400: Path, tmp_path: Path) -> None:
-    folder = tmp_path / "train"  # one folder per class, as image_dataset_from_directory reads
-    for row in csv.DictReader((synth400 / "train.csv").open()):
-        (folder / row["Class"]).mkdir(parents=True, exist_ok=True)
-        os.link(synth400 / "images" / row["Photo"], folder / row["Class"] / row["Photo"])
+    folder = class_folders(synth400, "train", tmp_path / "train")
     evict_or_skip(sorted(folder.rglob("*.jpg")))
     s = _run_script(tmp_path / "watch", SCRIPT.parent / "keras_dir_cache.py", str(folder))
     assert s["loader"]["kind"] == "tf.data" and s["loader"]["cache"] is True

@@ -8,23 +8,18 @@ memory, where the seed's "straight to the GPU" is right (keras_known.py)."""
 
 from __future__ import annotations
 
-import csv
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.test_watch_keras import FOLDER_SCRIPT, SCRIPT, _run_script
+from tests.test_watch_keras import FOLDER_SCRIPT, SCRIPT, _run_script, class_folders
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("plain_val", [False, True])
 def test_validation_through_the_augmenting_generator_is_told(
         synth400: Path, tmp_path: Path, plain_val: bool) -> None:
-    folder = tmp_path / "train"  # one folder per class, as flow_from_directory reads
-    for row in csv.DictReader((synth400 / "train.csv").open()):
-        (folder / row["Class"]).mkdir(parents=True, exist_ok=True)
-        os.link(synth400 / "images" / row["Photo"], folder / row["Class"] / row["Photo"])
+    folder = class_folders(synth400, "train", tmp_path / "train")
     args = [str(folder), *(["--plain-val"] if plain_val else [])]
     s = _run_script(tmp_path / "watch", SCRIPT.parent / "keras_val_subset.py", *args)
     assert s["loader"]["kind"] == "ImageDataGenerator" and s["loader"]["augments"] is True
@@ -58,9 +53,7 @@ def test_a_tf_data_augmentation_mapped_over_validation_is_told(
 
     folders = tmp_path / "folders"  # DIR/train and DIR/valid, one folder per class
     for split in ("train", "valid"):
-        for row in csv.DictReader((synth400 / f"{split}.csv").open()):
-            (folders / split / row["Class"]).mkdir(parents=True, exist_ok=True)
-            os.link(synth400 / "images" / row["Photo"], folders / split / row["Class"] / row["Photo"])
+        class_folders(synth400, split, folders / split)
     args = [str(folders), "--epochs", "1", *(["--augment-val"] if augment_val else [])]
     s = _run_script(tmp_path / "watch", FOLDER_SCRIPT, *args)
     # the training map's RandomFlip and RandomRotation are random ops in its graph

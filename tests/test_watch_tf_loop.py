@@ -20,10 +20,9 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis.verdicts import BOUND_FRAC
 from stepscope.analysis.vocab import PYTHON_GIL_HELD_FRAC as GIL_LINE
 from stepscope.analysis.vocab import PYTORCH_ONLY_WORDS
-from tests.test_watch_keras import CONTENDED_HOST_FRAC, _others_share
+from tests.test_watch_keras import COMPUTE_WAIT_MAX, CONTENDED_HOST_FRAC, _others_share
 
 # The GIL probe times how late a sleeping thread gets the interpreter back: other work on the
 # cores, even the low-priority lane's, made a hashing (GIL-free) map read 0.26 held in a CI
@@ -34,10 +33,6 @@ PY = sys.executable
 SRC = Path(__file__).resolve().parents[1] / "src"
 SCRIPT = Path(__file__).parent / "watch_scripts" / "tf_loop.py"
 INPUT_WAIT_MIN = 0.6
-# Instant batches: the wait left is the fetch's own cost (a few %, a PyDataset's up to ~11 %),
-# which a loaded host stretches as it stretches the step; held under the line the verdict
-# is drawn at, where a right answer lies
-COMPUTE_WAIT_MAX = BOUND_FRAC
 
 
 def _watch(tmp_path: Path, *args: str) -> dict[str, Any]:
